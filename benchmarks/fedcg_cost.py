@@ -1,0 +1,136 @@
+"""Client cost: one FedCG local epoch vs one FedAvg local epoch, same backbone, data and batch size.
+
+    python -m benchmarks.fedcg_cost --samples 300 --reps 5 --name fedcg-client-cost
+
+Times the real client handlers (`client_app.fedavg.train` for message `train`, `client_app.fedcg.train`
+for `train.fedcg`) called directly, as the ClientApp calls them, on one client of rotated MNIST (the
+`domains` partition) with one torch thread. The FedCG message is the one `strategies.fedcg.FedCG`
+builds for round 1 (model with the GCN weights, student, teacher, adjacency). One FedCG local epoch
+is everything its handler does: the teacher's pseudo-domains for every image, the received
+student's agreement, one epoch of the FedCG model (V̂ = GCN(A, V, W) recomputed at every step) and
+one epoch of the student. Each variant is timed `reps` times after one warm-up call, alternating the
+order; the table gives medians and the ratio FedCG / FedAvg (target ≤ 2×).
+Writes `benchmarks/results/<name>.{md,json}`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+from flwr.app import ArrayRecord, Context, Message, RecordDict
+
+from benchmarks.compare import RESULTS_DIR, code_version, machine_facts, provenance, set_threads
+from client_app.app import app as client_app
+from models import build_model
+from server_app.config import RunConfig
+from server_app.local_grid import LocalGrid
+from server_app.simulate import default_run_config
+from strategies.fedcg import FedCG
+from strategies.messages import CONFIG, GLOBAL, TRAIN, TrainInstructions, with_client
+
+TARGET_RATIO = 2.0
+
+
+def _deliver(content: RecordDict, message_type: str) -> Message:
+    message = Message(with_client(content, 0), dst_node_id=1, message_type=message_type)
+    message.metadata.__dict__["_message_id"] = uuid.uuid4().hex
+    return message
+
+
+def variant_messages(overrides: dict[str, Any]) -> tuple[RunConfig, dict[str, Message], Context]:
+    """The run config, the `train` (FedAvg) and `train.fedcg` (round 1) messages, and a context."""
+    flat = {**default_run_config(), **overrides}
+    cfg = RunConfig.from_flower(flat)
+    grid = LocalGrid(client_app, 1, flat)  # also sets the task identity Flower messages need
+    torch.manual_seed(cfg.seed)
+    arrays = ArrayRecord(build_model(cfg.model, (1, 28, 28), 10).state_dict())
+    ins = TrainInstructions(server_round=1, lr=cfg.lr, momentum=cfg.momentum, local_epochs=1,
+                            batch_size=cfg.batch_size, seed=cfg.seed).config()
+    strategy = FedCG(cfg)
+    fedcg = next(iter(strategy.configure_train(1, arrays, ins, SimpleNamespace(get_node_ids=lambda: [0]))))
+    messages = {
+        "fedavg": _deliver(RecordDict({GLOBAL: arrays, CONFIG: ins}), TRAIN),
+        "fedcg": _deliver(fedcg.content, fedcg.metadata.message_type),
+    }
+    return cfg, messages, next(iter(grid.contexts.values()))
+
+
+def time_handlers(overrides: dict[str, Any], reps: int) -> dict[str, list[float]]:
+    _, messages, context = variant_messages(overrides)
+    times: dict[str, list[float]] = {name: [] for name in messages}
+    for name, message in messages.items():  # warm-up: data loading, first-call allocations
+        client_app(message, context)
+    for rep in range(reps):
+        order = list(messages) if rep % 2 == 0 else list(reversed(messages))
+        for name in order:
+            start = time.perf_counter()
+            reply = client_app(messages[name], context)
+            times[name].append(time.perf_counter() - start)
+            if reply.has_error():
+                raise RuntimeError(f"{name}: {reply.error.reason}")
+    return times
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.fedcg_cost", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--samples", type=int, default=300, help="training images of the client")
+    parser.add_argument("--batch-size", type=int, default=10)
+    parser.add_argument("--model", default="cnn")
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--name", default="fedcg-client-cost")
+    args = parser.parse_args(argv)
+    set_threads(1)
+    base = {"method": "fedcg", "dataset": "mnist", "partition": "domains", "num-clients": 4,
+            "max-samples-per-client": args.samples, "test-fraction": 0.01, "model": args.model,
+            "batch-size": args.batch_size, "lr": 0.01, "client-threads": 1}
+    variants = [
+        ("spec defaults (classifier stride 1, b = 64)", {}),
+        ("domain classifiers with stride 2", {"fedcg.domain-stride": 2}),
+        ("stride 2, GCN without W", {"fedcg.domain-stride": 2, "fedcg.use-w": False}),
+    ]
+    started = datetime.now(timezone.utc)
+    rows = []
+    for label, extra in variants:
+        times = time_handlers({**base, **extra}, args.reps)
+        fedavg, fedcg = statistics.median(times["fedavg"]), statistics.median(times["fedcg"])
+        rows.append({"variant": label, "overrides": extra, "fedavg-seconds": fedavg,
+                     "fedcg-seconds": fedcg, "ratio": fedcg / fedavg, "times": times})
+        print(f"{label}: fedavg {fedavg:.3f} s, fedcg {fedcg:.3f} s, ratio {fedcg / fedavg:.2f}")
+    meta = {"name": args.name, "command": "python -m benchmarks.fedcg_cost " + shlex.join(argv),
+            "date": started.strftime("%Y-%m-%d %H:%M UTC"), "machine": machine_facts(),
+            "code": code_version(), "settings": base}
+    lines = [*provenance(meta, f"# {args.name}: one FedCG local epoch vs one FedAvg local epoch"), ""]
+    lines += [
+        f"One client of rotated MNIST (`domains`), {args.samples} training images, model `{args.model}`, "
+        f"batch {args.batch_size}, one local epoch, one torch thread; D = 4, 2-layer GCN. Median of "
+        f"{args.reps} calls of the real client handler (after a warm-up call). Target: ratio ≤ "
+        f"{TARGET_RATIO:g}.",
+        "",
+        "| variant | FedAvg s/epoch | FedCG s/epoch | ratio |",
+        "|---|---:|---:|---:|",
+    ]
+    lines += [f"| {r['variant']} | {r['fedavg-seconds']:.3f} | {r['fedcg-seconds']:.3f} | "
+              f"{r['ratio']:.2f}× |" for r in rows]
+    lines.append("")
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    (RESULTS_DIR / f"{args.name}.md").write_text("\n".join(lines))
+    (RESULTS_DIR / f"{args.name}.json").write_text(json.dumps({**meta, "rows": rows}, indent=2))
+    print(f"written: {RESULTS_DIR / args.name}.md/.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,240 @@
+"""FedCG vs FedAvg on multi-domain data with held-out test clients, and FedCG's ablations.
+
+    python -m benchmarks.fedcg_domains --variants fedavg,distance,identity,uniform,kmeans \
+        --set num-clients=50 --set domain-test-clients=0.2 --set domain-unseen-rotations=45 \
+        --set num-rounds=20 --name fedcg-rotated-mnist
+
+Every variant runs through `server_app.simulate.simulate` with the same common settings (`--set`, on
+top of the defaults below): the `domains` partition of MNIST (train clients rotated 0/90/180/270°,
+whole test clients held out, some of them with an unseen rotation), the same backbone, rounds,
+clients per round and local epochs. Variants: `fedavg`, and FedCG with adjacency `distance` (eq.
+6–7 after the warm-up), `identity`, `uniform`, `random`, and `kmeans` (distance adjacency, domains
+from K-means of the client models instead of the teacher/student). Each FedCG run evaluates its
+test clients with both soft (student probabilities) and hard (argmax) domain weights.
+
+The global accuracy is over the union of the test clients' images (the paper's metric); it is split
+by true rotation and into seen / unseen domains from each run's per-client results (the same
+function for every method, `strategies.fedcg.accuracy_by_domain`). Writes
+`benchmarks/results/<name>.{md,json,png}`; each run's outputs go to `outputs/benchmarks/<name>/`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import logging
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from benchmarks.compare import (
+    RESULTS_DIR, RUNS_DIR, code_version, machine_facts, parse_set, plot_curves, provenance, read_rounds,
+    set_threads,
+)
+
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "fedavg": ("fedavg", {}),
+    "distance": ("fedcg", {"fedcg.adjacency": "distance"}),
+    "identity": ("fedcg", {"fedcg.adjacency": "identity"}),
+    "uniform": ("fedcg", {"fedcg.adjacency": "uniform"}),
+    "random": ("fedcg", {"fedcg.adjacency": "random"}),
+    "kmeans": ("fedcg", {"fedcg.adjacency": "distance", "fedcg.clustering": "kmeans"}),
+    "no-w": ("fedcg", {"fedcg.use-w": False}),
+    "all-layers": ("fedcg", {"fedcg.layers": "all"}),
+}
+DEFAULTS: dict[str, Any] = {
+    "dataset": "mnist", "partition": "domains", "model": "cnn", "domain-rotations": "0,90,180,270",
+    "domain-test-clients": 0.2, "domain-unseen-rotations": "45", "num-clients": 50,
+    "max-samples-per-client": 100, "num-rounds": 20, "fraction-train": 1.0, "local-epochs": 1,
+    "batch-size": 10, "lr": 0.05, "finetune-epochs": 0, "client-threads": 1, "seed": 0,
+}
+
+log = logging.getLogger("bouquet.benchmarks")
+
+
+def client_results(path: Path) -> tuple[dict[int, float], dict[int, float]]:
+    """(correct, num-examples) per client from a run's clients.csv (the global model's predictions)."""
+    correct, examples = {}, {}
+    with path.open() as handle:
+        for row in csv.DictReader(handle):
+            if not row.get("num-examples"):
+                continue
+            client = int(row["client-id"])
+            value = row.get("global-correct") or row.get("correct")
+            correct[client], examples[client] = float(value), float(row["num-examples"])
+    return correct, examples
+
+
+def run_variant(label: str, common: dict[str, Any], runs_dir: Path, truth: Any,
+                test_clients: list[int], reuse: bool = False) -> dict[str, Any]:
+    """Run one variant (or, with `reuse`, read the finished run of the same name and settings)."""
+    from server_app.simulate import simulate
+    from strategies.fedcg import accuracy_by_domain
+
+    method, extra = VARIANTS[label]
+    overrides = {**common, **extra, "method": method, "output-dir": str(runs_dir), "run-name": label}
+    started = time.perf_counter()
+    done = runs_dir / label / "summary.json"
+    if reuse and done.exists() and _same_settings(runs_dir / label / "config.json", overrides):
+        log.info("%s: reusing the finished run in %s", label, done.parent)
+        summary = json.loads(done.read_text())
+    else:
+        summary = simulate(overrides)
+    correct, examples = client_results(runs_dir / label / "clients.csv")
+    row: dict[str, Any] = {
+        "variant": label, "method": method, "overrides": extra,
+        "global-accuracy": summary["final"].get("global-accuracy"),
+        "by-domain": accuracy_by_domain(correct, examples, truth, test_clients),
+        "seconds-per-round": summary.get("seconds-per-round"),
+        "wall-seconds": time.perf_counter() - started,
+        "curve": [{"round": r["round"], "global-accuracy": r.get("global-accuracy")}
+                  for r in read_rounds(runs_dir / label / "rounds.jsonl")],
+    }
+    if "fedcg" in summary:
+        block = summary["fedcg"]
+        row["fedcg"] = {key: block.get(key) for key in (
+            "global-accuracy-soft", "global-accuracy-hard", "accuracy-soft", "accuracy-hard", "nmi",
+            "lambda", "adjacency", "domain-histogram", "test-student-histogram", "student-agreement",
+            "client-domain")}
+    return row
+
+
+def _same_settings(config_path: Path, overrides: dict[str, Any]) -> bool:
+    """Whether a finished run's config.json has every override of this variant."""
+    from server_app.config import RunConfig
+    from server_app.simulate import default_run_config
+
+    if not config_path.exists():
+        return False
+    config = json.loads(config_path.read_text())
+    wanted = RunConfig.from_flower({**default_run_config(), **overrides}).flat()
+    return all(config.get(key) == wanted[key] for key in overrides if key != "output-dir")
+
+
+def _num(value: Any, digits: int = 2) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def last_rounds_mean(row: dict[str, Any], rounds: int = 5) -> float | None:
+    """Mean global accuracy over the last `rounds` evaluated rounds (the final round alone is noisy)."""
+    values = [p["global-accuracy"] for p in row["curve"] if p.get("global-accuracy") is not None]
+    return sum(values[-rounds:]) / len(values[-rounds:]) if values else None
+
+
+def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    s = meta["settings"]
+    lines = [*provenance(meta, f"# {meta['name']}"), ""]
+    lines.append(
+        f"- setting: {s['dataset']} `domains`, rotations {s['domain-rotations']} for the train clients, "
+        f"{s['num-clients']} clients of which {meta['test-clients']} held out whole as test clients "
+        f"(unseen rotation(s) {s['domain-unseen-rotations'] or 'none'}), model `{s['model']}`, "
+        f"{s['num-rounds']} rounds, fraction-train {s['fraction-train']}, {s['local-epochs']} local "
+        f"epoch(s), batch {s['batch-size']}, lr {s['lr']}, {s['max-samples-per-client']} images per "
+        f"client, seed {s['seed']}")
+    fedcg_keys = sorted(k for k in s if k.startswith("fedcg."))
+    if fedcg_keys:
+        lines.append("- FedCG settings: " + ", ".join(f"{k}={s[k]}" for k in fedcg_keys))
+    lines += [
+        "",
+        "Global accuracy (%) over the union of the test clients' images after the last round (and its "
+        "mean over the last 5 rounds); *seen* = "
+        "test clients whose rotation the train clients have, *unseen* = the held-out rotation(s). "
+        "FedCG columns: soft = the student's probabilities as domain weights (default), hard = its "
+        "argmax; the per-domain columns use soft. FedAvg has no domain weights (same number in both).",
+        "",
+        "| variant | global (soft) | global (hard) | last 5 rounds (soft) | seen | unseen | "
+        + " | ".join(f"{a:g}°" for a in meta["rotations"]) + " | NMI student (final) | NMI teacher (round 0) | "
+        "λ (final) | s/round |",
+        "|---|" + "---:|" * (9 + len(meta["rotations"])),
+    ]
+    for row in rows:
+        fedcg = row.get("fedcg") or {}
+        nmi = fedcg.get("nmi") or {}
+        by = row["by-domain"]
+        lam = fedcg.get("lambda") or {}
+        soft = fedcg.get("global-accuracy-soft", row["global-accuracy"])
+        hard = fedcg.get("global-accuracy-hard", row["global-accuracy"])
+        cells = [row["variant"], _num(soft), _num(hard), _num(last_rounds_mean(row)),
+                 _num(by.get("seen")), _num(by.get("unseen"))]
+        cells += [_num(by["by-rotation"].get(f"{a:g}")) for a in meta["rotations"]]
+        cells += [_num(nmi.get("student-final"), 3), _num(nmi.get("teacher-round-0"), 3),
+                  ", ".join(f"{v:.3f}" for v in lam.values()) or "—", _num(row["seconds-per-round"], 1)]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "Domain histograms (pseudo-domains of the last round's training images; student argmax "
+              "of the test images) and the final adjacency:", ""]
+    for row in rows:
+        fedcg = row.get("fedcg")
+        if fedcg:
+            lines.append(f"- `{row['variant']}`: train {fedcg.get('domain-histogram')}, test "
+                         f"{fedcg.get('test-student-histogram')}, A = {fedcg.get('adjacency')}")
+    lines += ["", f"![global accuracy per round]({meta['name']}.png)", ""]
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
+    series = [(row["variant"], [(p["round"], p["global-accuracy"]) for p in row["curve"]
+                                if p.get("global-accuracy") is not None]) for row in rows]
+    plot_curves(series, path, "global accuracy on held-out test clients (%)", title)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.fedcg_domains", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--variants", default="fedavg,distance,identity,uniform",
+                        help=f"comma-separated, from {', '.join(VARIANTS)}")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--reuse", action="store_true",
+                        help="read variants whose run (same name and settings) already finished")
+    args = parser.parse_args(argv)
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    set_threads(1)
+    from datasets.federated import load_partition
+    from datasets.partition import heldout_test_clients
+    from server_app.config import RunConfig
+    from server_app.simulate import default_run_config
+
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        parser.error(f"unknown variant(s) {unknown}; allowed: {', '.join(VARIANTS)}")
+    common = {**DEFAULTS, **parse_set(args.set)}
+    cfg = RunConfig.from_flower({**default_run_config(), **common, "method": "fedcg"})
+    truth = load_partition(cfg.data_spec)[1]
+    held_out = heldout_test_clients(cfg.data_spec.partition)
+    test_clients = list(range(cfg.num_clients)) if held_out is None else held_out.tolist()
+    runs_dir = RUNS_DIR / args.name
+    started = datetime.now(timezone.utc)
+    rows = []
+    for label in variants:
+        log.info("%s: running %s", args.name, label)
+        rows.append(run_variant(label, common, runs_dir, truth, test_clients, args.reuse))
+        log.info("%s: %s global accuracy %s (%.0f s)", args.name, label, rows[-1]["global-accuracy"],
+                 rows[-1]["wall-seconds"])
+    settings = {k: v for k, v in cfg.flat().items() if k not in ("method", "run-name", "output-dir")}
+    meta = {"name": args.name, "command": "python -m benchmarks.fedcg_domains " + shlex.join(argv),
+            "date": started.strftime("%Y-%m-%d %H:%M UTC"), "machine": machine_facts(),
+            "code": code_version(), "settings": settings, "variants": variants,
+            "test-clients": len(test_clients),
+            "rotations": sorted({float(truth.rotations[c]) for c in test_clients}),
+            "runs-dir": str(runs_dir)}
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    (RESULTS_DIR / f"{args.name}.json").write_text(json.dumps({**meta, "rows": rows}, indent=2,
+                                                              default=str))
+    (RESULTS_DIR / f"{args.name}.md").write_text(markdown(meta, rows))
+    plot(rows, RESULTS_DIR / f"{args.name}.png", args.name)
+    print(markdown(meta, rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

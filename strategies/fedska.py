@@ -1,0 +1,384 @@
+"""`fedska`: unsupervised client-graph structure learning with a split-learning GNN encoder
+(specs/fedska.md; "Unsupervised Graph Structure-Assisted Personalized Federated Learning", ECAI 2023).
+
+One Flower round (spec §3), all inside the strategy's train step:
+1. `train.fedska`: clients start from w̄, train on CE + λ_S·(1 − cos(f^e(x), h^g)) (Eq 9–10) and reply
+   their model and descriptor h̄^c (mean feature).
+2. The server FedAvg-aggregates w̄, updates H^c (stale rows kept) and learns S from H^c by E_S steps of
+   the denoising objective L_D through GNN_D (`models.gnn`, §2 Generator → Sparsify → Symmetrize →
+   Denoising).
+3. `query.ska_embed` (to the round's clients): per-slot features P_k [L, d] of the new w̄'s f^e.
+4. E_g times: H^g = GNN_E(S, P) (Eq 7) → `query.ska_grad` with H^g_k and w̄'s head → the clients'
+   G_k = ∂l_k/∂H^g_k (Eq 8) → one Adam step on θ_E with ∇θ_E = Σ_k backward(⟨H^g_k, G_k⟩). A client
+   that does not answer is left out of that step's gradient.
+5. H^g = GNN_E(S, P) (no grad) is stored per client and sent with its next `train.fedska`.
+Clients are evaluated with the model they trained (w̄ + E_c local epochs, §6.7); w̄ is reported as
+the global model. Under partial participation H^c and P keep the stale rows of absent clients.
+`fedska.graph='label-sharing'` replaces the learned S by the normalised label-sharing graph (the
+given-graph ablation, Table 3); `fedska.tau` > 0 blends that graph into the learned one ([C] τ=0.9).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
+
+from models.gnn import (
+    DenseGCN, GCNEncoder, StructureLearner, denoising_loss, denoising_mask, symmetric_normalize,
+)
+from strategies.graph import share_on_edges
+from strategies.messages import (
+    CONFIG, DESCRIPTOR, GLOBAL, GRAD, GRAD_G, GRAPH_TARGET, H_C, H_G, HEAD, METRICS, MODEL,
+    PERSONAL, QUERY_SKA_EMBED, QUERY_SKA_GRAD, SLOT_ENCODING, SLOT_FEATURES, SLOT_P, TRAIN_FEDSKA,
+    SlotInstructions, SlotReply,
+)
+from strategies.personalized import PersonalizedStrategy, weighted_mean
+
+if TYPE_CHECKING:
+    from datasets.partition import Partition
+    from server_app.config import FedSKASection, RunConfig
+
+log = logging.getLogger("flwr.bouquet")
+
+GRAPH_HISTORY_MAX_CLIENTS = 256  # keep every round's S (learned-graphs.npy, per-round heatmaps)
+HEAD_PREFIX = "head."
+
+
+def random_knn_graph(num_nodes: int, k: int, seed: int) -> np.ndarray:
+    """A random graph with the learned graph's sparsity: every row links k other nodes chosen
+    uniformly (seeded), symmetrised — the baseline of the graph-quality share."""
+    rng = np.random.default_rng(seed)
+    graph = np.zeros((num_nodes, num_nodes))
+    k = max(0, min(k, num_nodes - 1))
+    for i in range(num_nodes):
+        others = np.delete(np.arange(num_nodes), i)
+        graph[i, rng.choice(others, size=k, replace=False)] = 1.0
+    return np.maximum(graph, graph.T)
+
+
+class StructureModel:
+    """The server's structure learner (MLP generator + GNN_D, one Adam, §2) over the descriptors
+    of the clients seen so far; `fit` runs E_S denoising steps and returns S and the losses."""
+
+    def __init__(self, dim: int, settings: FedSKASection, seed: int) -> None:
+        self.settings = settings
+        with torch.random.fork_rng():  # seeded init that leaves the global RNG as it is
+            torch.manual_seed(seed)
+            self.learner = StructureLearner(dim, settings.k)
+            h = settings.denoiser_hidden
+            self.denoiser = DenseGCN((dim, h, h, dim))
+        self.optimizer = torch.optim.Adam(
+            [*self.learner.parameters(), *self.denoiser.parameters()], lr=settings.structure_lr)
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def fit(self, descriptors: torch.Tensor) -> tuple[torch.Tensor, list[float]]:
+        """E_S steps of L_D (a new mask per step), then S = learner(H^c) (no grad)."""
+        s = self.settings
+        self.learner.k = max(1, min(s.k, len(descriptors) - 1))
+        losses = []
+        for _ in range(s.structure_steps):
+            mask = denoising_mask(tuple(descriptors.shape), s.mask_ratio, self.generator)
+            loss = denoising_loss(self.learner, self.denoiser, descriptors, mask, s.noise,
+                                  self.generator)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            self.optimizer.step()
+            losses.append(float(loss.detach()))
+        with torch.no_grad():
+            return self.learner(descriptors), losses
+
+
+def encoder_gradient_step(encoder: GCNEncoder, adjacency: torch.Tensor, slots: torch.Tensor,
+                          grads: dict[int, torch.Tensor]) -> None:
+    """Set the encoder's `.grad` to ∇θ_E = Σ_k backward(⟨H^g_k, G_k⟩) over the clients that replied
+    (Eq 8, server side), with H^g = GNN_E(S, P) recomputed at the current θ_E."""
+    encodings = encoder(adjacency, slots)
+    surrogate = sum((encodings[:, k, :] * g).sum() for k, g in grads.items())
+    encoder.zero_grad(set_to_none=True)
+    surrogate.backward()
+
+
+class FedSKA(PersonalizedStrategy):
+    """FedSKA's server half (spec §3). Client models are rows of V (their last trained model)."""
+
+    train_message_type = TRAIN_FEDSKA
+
+    def __init__(self, num_clients: int, fraction_train: float, settings: FedSKASection, *,
+                 seed: int, round_timeout: float, prior: np.ndarray | None = None,
+                 reference: np.ndarray | None = None) -> None:
+        super().__init__(num_clients, fraction_train)
+        if (settings.graph == "label-sharing" or settings.tau > 0) and prior is None:
+            raise ValueError("fedska.graph='label-sharing' and fedska.tau > 0 need the prior graph")
+        self.settings, self.seed, self.round_timeout = settings, seed, round_timeout
+        self.prior_hat = (None if prior is None
+                          else symmetric_normalize(torch.as_tensor(prior, dtype=torch.float32)))
+        self.reference = reference  # label-sharing ground truth: reporting only
+        self.descriptors: torch.Tensor | None = None  # H^c [K, d]
+        self.described = torch.zeros(num_clients, dtype=torch.bool)
+        self.num_slots: int | None = None  # L
+        self.slots: torch.Tensor | None = None  # P [L, K, d]
+        self.embedded = torch.zeros(num_clients, dtype=torch.bool)
+        self.encodings: torch.Tensor | None = None  # H^g [L, K, d], sent next round
+        self.graph = torch.eye(num_clients)  # S
+        self.structure: StructureModel | None = None
+        self.encoder: GCNEncoder | None = None
+        self.encoder_optimizer: torch.optim.Optimizer | None = None
+        self.history: list[np.ndarray] = []
+        self.denoising_losses: list[list[float]] = []
+        self.split_losses: list[list[float]] = []
+        self.shares: list[float | None] = []
+        self.random_share: float | None = None
+        self.phase_bytes: list[dict[str, dict[str, float]]] = []
+        self._trained: list[int] = []
+        self._structure_losses: list[float] = []  # the clients' mean L_S this round
+        self._report: dict[str, Any] = {}
+        self._mark: tuple[int, int] = (0, 0)
+        self._round_bytes: dict[str, dict[str, float]] = {}
+
+    # --- messages -----------------------------------------------------------------------------
+    def train_content(self, client: int, arrays: ArrayRecord, config: ConfigRecord) -> RecordDict:
+        """`train.fedska`: `global` w̄, `graph_target` {h_g: [L, d]} once the client has H^g, λ_S, L."""
+        ska = ConfigRecord(dict(config))
+        ska["lambda-s"] = self.settings.lambda_s
+        records: dict[str, Any] = {GLOBAL: arrays}
+        if self.encodings is not None and bool(self.embedded[client]):
+            ska["num-slots"] = self.num_slots
+            records[GRAPH_TARGET] = ArrayRecord({H_G: _array(self.encodings[:, client, :])})
+        records[CONFIG] = ska
+        return RecordDict(records)
+
+    def absorb(self, client: int, content: RecordDict) -> None:
+        """V_k ← the trained model; H^c_k ← its descriptor (a malformed one keeps the stale row);
+        the client's mean L_S (1 − cos to h^g) is reported per round."""
+        self.personal[client] = self.layout.row(content[MODEL])
+        self._trained.append(client)
+        structure_loss = content[METRICS].get("structure-loss")
+        if structure_loss is not None:
+            self._structure_losses.append(float(structure_loss))
+        h_c = torch.from_numpy(np.asarray(content[DESCRIPTOR][H_C].numpy(), dtype=np.float32))
+        if h_c.ndim != 1 or not bool(torch.isfinite(h_c).all()) or (
+                self.descriptors is not None and len(h_c) != self.descriptors.shape[1]):
+            log.warning("FedSKA: client %d sent a descriptor of shape %s (expected [d] finite); "
+                        "its row stays stale", client, tuple(h_c.shape))
+            return
+        if self.descriptors is None:
+            self.descriptors = torch.zeros(self.num_clients, len(h_c))
+        self.descriptors[client] = h_c
+        self.described[client] = True
+
+    def evaluate_content(self, client: int, arrays: ArrayRecord, config: ConfigRecord) -> RecordDict:
+        """The client's trained model (`personal`) and w̄ (`global`, reported as the global model)."""
+        return RecordDict({GLOBAL: arrays, PERSONAL: self.personal_arrays(client), CONFIG: config})
+
+    # --- server step ----------------------------------------------------------------------------
+    def after_train(self, server_round: int) -> ArrayRecord | None:
+        """Steps 2–5 of the round: FedAvg, structure learning, split learning of GNN_E."""
+        if not self._trained:
+            return None
+        trained = sorted(self._trained)
+        self._trained = []
+        started = time.perf_counter()
+        self._mark, self._round_bytes = (0, 0), {}  # the grid's counters restart every round
+        self._close_phase("train", len(trained))
+        index = torch.tensor(trained)
+        arrays = self.layout.arrays(weighted_mean(self.personal[index], self.num_examples[index]))
+        report: dict[str, Any] = {}
+        if self._structure_losses:
+            report["fedska-structure-loss"] = float(np.mean(self._structure_losses))
+            self._structure_losses = []
+        if self.descriptors is not None:
+            report.update(self._learn_structure())
+        report.update(self._split_learning(arrays, trained))
+        report["fedska-server-seconds"] = time.perf_counter() - started
+        self._report = report
+        return arrays
+
+    def _learn_structure(self) -> dict[str, Any]:
+        """S from the descriptors of every client seen so far (§2); unseen clients: self-loops."""
+        s = self.settings
+        nodes = torch.nonzero(self.described).squeeze(1)
+        report: dict[str, Any] = {}
+        if s.graph == "label-sharing":
+            graph = self.prior_hat.clone()
+            losses: list[float] = []
+        else:
+            graph = torch.eye(self.num_clients)
+            losses = []
+            if len(nodes) >= 2:
+                if self.structure is None:
+                    self.structure = StructureModel(self.descriptors.shape[1], s, self.seed)
+                learned, losses = self.structure.fit(self.descriptors[nodes])
+                graph[nodes.unsqueeze(1), nodes.unsqueeze(0)] = learned
+            if s.tau > 0:
+                graph = s.tau * self.prior_hat + (1.0 - s.tau) * graph
+        self.graph = graph
+        self.denoising_losses.append(losses)
+        if losses:
+            report["fedska-denoising-loss"] = losses
+        if self.num_clients <= GRAPH_HISTORY_MAX_CLIENTS:
+            self.history.append(graph.numpy().copy())
+        if self.reference is not None:
+            share = share_on_edges(graph.numpy(), self.reference)
+            self.shares.append(share)
+            report["fedska-share-label-sharing"] = share
+            report["fedska-random-knn-share"] = self._random_share(self.reference)
+        return report
+
+    def _split_learning(self, arrays: ArrayRecord, trained: list[int]) -> dict[str, Any]:
+        """`query.ska_embed`, E_g rounds of `query.ska_grad` + Adam on GNN_E, then H^g (§3 3–5)."""
+        grid, s = self.clients, self.settings
+        if self.num_slots is None:  # L = max_k N_k over the clients seen so far (§3 [D])
+            self.num_slots = int(min(float(self.num_examples.max()), s.max_slots))
+        slot_config = SlotInstructions(num_slots=self.num_slots, seed=self.seed).config()
+        messages = [Message(RecordDict({GLOBAL: arrays, CONFIG: slot_config}), dst_node_id=c,
+                            message_type=QUERY_SKA_EMBED) for c in trained]
+        answered = []
+        for client, reply in grid.exchange(messages, self.round_timeout, QUERY_SKA_EMBED):
+            p = torch.from_numpy(np.asarray(reply.content[SLOT_FEATURES][SLOT_P].numpy(),
+                                            dtype=np.float32))
+            dim = (self.slots.shape[2] if self.slots is not None
+                   else self.descriptors.shape[1] if self.descriptors is not None else p.shape[-1])
+            if p.shape != (self.num_slots, dim) or not bool(torch.isfinite(p).all()):
+                log.warning("FedSKA: client %d sent slot features of shape %s (expected [%d, %d] "
+                            "finite); its slots stay stale", client, tuple(p.shape),
+                            self.num_slots, dim)
+                continue
+            if self.slots is None:
+                self.slots = torch.zeros(self.num_slots, self.num_clients, dim)
+            self.slots[:, client, :] = p
+            self.embedded[client] = True
+            answered.append(client)
+        self._close_phase("embed", len(trained))
+        report: dict[str, Any] = {"fedska-embedded-clients": len(answered)}
+        if self.slots is None:
+            return report
+        if self.encoder is None:
+            with torch.random.fork_rng():
+                torch.manual_seed(self.seed + 1)
+                self.encoder = GCNEncoder(self.slots.shape[2], s.encoder)
+            self.encoder_optimizer = torch.optim.Adam(self.encoder.parameters(), lr=s.encoder_lr,
+                                                      weight_decay=s.encoder_weight_decay)
+        head = ArrayRecord({key[len(HEAD_PREFIX):]: arrays[key] for key in arrays.keys()
+                            if key.startswith(HEAD_PREFIX)})
+        steps = s.encoder_steps if s.encoder == "gcn" else 0  # identity: nothing to train
+        losses = []
+        for _ in range(steps):
+            if not answered:
+                break
+            with torch.no_grad():
+                encodings = self.encoder(self.graph, self.slots)
+            messages = [Message(RecordDict({
+                SLOT_ENCODING: ArrayRecord({H_G: _array(encodings[:, c, :])}), HEAD: head,
+                CONFIG: slot_config}), dst_node_id=c, message_type=QUERY_SKA_GRAD) for c in answered]
+            grads: dict[int, torch.Tensor] = {}
+            client_losses = []
+            for client, reply in grid.exchange(messages, self.round_timeout, QUERY_SKA_GRAD):
+                g = torch.from_numpy(np.asarray(reply.content[GRAD][GRAD_G].numpy(),
+                                                dtype=np.float32))
+                if g.shape != encodings[:, client, :].shape or not bool(torch.isfinite(g).all()):
+                    log.warning("FedSKA: client %d sent a gradient of shape %s; skipped", client,
+                                tuple(g.shape))
+                    continue
+                grads[client] = g
+                client_losses.append(SlotReply.read(reply.content[METRICS]).loss)
+            if grads:
+                encoder_gradient_step(self.encoder, self.graph, self.slots, grads)
+                self.encoder_optimizer.step()
+                losses.append(float(np.mean(client_losses)))
+        self._close_phase("grad", len(answered))
+        with torch.no_grad():
+            self.encodings = self.encoder(self.graph, self.slots)
+        self.split_losses.append(losses)
+        if losses:
+            report["fedska-split-loss"] = losses
+        return report
+
+    # --- traffic by phase -----------------------------------------------------------------------
+    def _close_phase(self, phase: str, clients: int) -> None:
+        """Record the bytes (down, up) per addressed client that the grid counted since the last
+        phase ended: the grid counts every ArrayRecord sent and received, its counters restart
+        every round."""
+        down = sum(self.clients.bytes_down.values())
+        up = sum(self.clients.bytes_up.values())
+        last_down, last_up = self._mark
+        self._mark = (down, up)
+        self._round_bytes[phase] = {"down": (down - last_down) / max(clients, 1),
+                                    "up": (up - last_up) / max(clients, 1)}
+
+    # --- reporting ----------------------------------------------------------------------------
+    def _random_share(self, reference: np.ndarray) -> float | None:
+        """The label-sharing share of a random graph with k neighbours per row (the baseline)."""
+        if self.random_share is None:
+            k = max(1, min(self.settings.k, self.num_clients - 1))
+            self.random_share = share_on_edges(random_knn_graph(self.num_clients, k, self.seed),
+                                               reference)
+        return self.random_share
+
+    def round_report(self, server_round: int) -> dict[str, Any]:
+        """Merged into rounds.jsonl: L_D per step, split-learning loss per E_g step, S's share on
+        label-sharing pairs (and a random kNN graph's), bytes per client by phase."""
+        report, self._report = self._report, {}
+        if self._round_bytes:
+            self._close_phase("evaluate", len(self.clients.get_node_ids()))
+            self.phase_bytes.append(self._round_bytes)
+            report["fedska-bytes-per-client"] = self._round_bytes
+            self._round_bytes = {}
+        return report
+
+    def report(self, directory: Path, truth: Partition | None) -> dict[str, Any]:
+        """graph.npy/.png = S of the last round; graphs/round-NNN.png = S of every round and
+        learned-graphs.npy (K ≤ 256); summary: losses, shares, bytes by phase."""
+        from server_app.reporting import save_matrix
+        from server_app.reporting import graph_display_order
+
+        reference = self.reference
+        if reference is None and truth is not None:
+            reference = truth.label_graph
+        order = graph_display_order(reference)
+        kind = "given label-sharing graph" if self.settings.graph == "label-sharing" else "learned S"
+        save_matrix(directory, "graph", self.graph.numpy(), order=order,
+                    title=f"FedSKA: {kind}, last round")
+        if self.history:
+            np.save(directory / "learned-graphs.npy", np.stack(self.history))
+            (directory / "graphs").mkdir(exist_ok=True)
+            for number, graph in enumerate(self.history, start=1):
+                save_matrix(directory / "graphs", f"round-{number:03d}", graph, order=order,
+                            title=f"FedSKA: {kind}, round {number}")
+        out: dict[str, Any] = {
+            "graph": self.settings.graph, "k": self.settings.k, "num-slots": self.num_slots,
+            "edges-per-client": float((self.graph > 0).sum(dim=1).float().mean()),
+            "denoising-loss": self.denoising_losses, "split-loss": self.split_losses,
+            "bytes-per-client-by-phase": self.phase_bytes,
+        }
+        if reference is not None:
+            out["share-label-sharing"] = self.shares
+            out["share-label-sharing-final"] = share_on_edges(self.graph.numpy(), reference)
+            out["random-knn-share"] = self._random_share(reference)
+        return {"fedska": out}
+
+
+def _array(tensor: torch.Tensor) -> Array:
+    return Array(np.ascontiguousarray(tensor.detach().cpu().numpy().astype(np.float32)))
+
+
+def build_fedska(cfg: RunConfig) -> FedSKA:
+    """FedSKA from the run config; the prior graph (given-graph mode, τ > 0) is loaded and checked
+    before any client is contacted."""
+    from strategies.fedu import given_graph
+    from strategies.sfl import ground_truth
+
+    s = cfg.fedska
+    prior = None
+    if s.graph == "label-sharing" or s.tau > 0:
+        key = "fedska.graph" if s.graph == "label-sharing" else "fedska.tau"
+        prior = given_graph(cfg, "label-sharing", "", key)
+    truth = ground_truth(cfg)
+    reference = truth.label_graph if truth is not None else None
+    return FedSKA(cfg.num_clients, cfg.fraction_train, s, seed=cfg.seed,
+                  round_timeout=cfg.round_timeout, prior=prior, reference=reference)

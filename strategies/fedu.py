@@ -1,0 +1,127 @@
+"""`fedu`: FedU, federated multi-task learning with Laplacian regularisation over a given client graph
+(Dinh et al., 2021; the baseline of the FedSKA paper, reference `serverFedU.py` / `userFedU.py`).
+
+Every sampled client trains its own model v_k alone (`train.local`, plain SGD: the client half of
+`local`), then the server takes one gradient step of the Laplacian regulariser
+(λ/2)·Σ_{k,l} a_kl·||v_k − v_l||² over the models trained this round:
+
+    v_k ← v_k − η·λ·Σ_{l ∈ S_t, l ≠ k} a_kl·(v_k − v_l)        (η = the local learning rate)
+
+with a the row-normalised client graph (`fedu.graph`: the label-sharing ground truth, the road
+graph of a traffic data set, or a file). [D] the step is taken from one snapshot of the round's models
+(Jacobi) as one matrix product; the reference loops over clients and lets later clients see earlier
+clients' already-updated models. Clients that were not sampled keep their (stale) row. λ = 0 is
+`local`. Each client is evaluated with its own v_k.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, RecordDict
+
+from strategies.graph import check_adjacency, read_adjacency, row_normalize
+from strategies.messages import CONFIG, PERSONAL, TRAIN_LOCAL
+from strategies.personalized import PersonalizedStrategy
+
+if TYPE_CHECKING:
+    from server_app.config import RunConfig
+
+log = logging.getLogger("flwr.bouquet")
+
+
+def laplacian_step(rows: torch.Tensor, adjacency: torch.Tensor, step: float) -> torch.Tensor:
+    """V ← V − step·(D − A_off)·V for the rows of one round, with A_off = A without its diagonal and
+    D = diag(A_off·1): row k moves by −step·Σ_{l≠k} a_kl (v_k − v_l) (FedU's server update)."""
+    off = adjacency.to(rows.dtype).clone()
+    off.fill_diagonal_(0.0)
+    laplacian = torch.diag(off.sum(dim=1)) - off
+    return rows - step * (laplacian @ rows)
+
+
+class FedU(PersonalizedStrategy):
+    """Local training + one Laplacian-regularisation step over the given graph per round."""
+
+    train_message_type = TRAIN_LOCAL
+
+    def __init__(self, num_clients: int, fraction_train: float, graph: np.ndarray, lam: float,
+                 lr: float) -> None:
+        super().__init__(num_clients, fraction_train)
+        self.graph = row_normalize(check_adjacency(graph, num_clients))
+        self.lam, self.lr = lam, lr
+        self._trained: list[int] = []
+
+    def train_content(self, client: int, arrays: ArrayRecord, config: ConfigRecord) -> RecordDict:
+        return RecordDict({PERSONAL: self.personal_arrays(client), CONFIG: config})
+
+    def absorb(self, client: int, content: RecordDict) -> None:
+        super().absorb(client, content)
+        self._trained.append(client)
+
+    def after_train(self, server_round: int) -> ArrayRecord | None:
+        """The Laplacian step among the clients trained this round (the reference's selected users)."""
+        if not self._trained:
+            return None
+        trained = torch.tensor(sorted(self._trained))
+        self._trained = []
+        sub = self.graph[trained][:, trained]
+        self.personal[trained] = laplacian_step(self.personal[trained], sub, self.lr * self.lam)
+        return None
+
+    def report(self, directory: Any, truth: Any) -> dict[str, Any]:
+        from server_app.reporting import save_matrix
+
+        save_matrix(directory, "graph", self.graph.numpy(), title="FedU: given graph (row-normalised)")
+        return {"fedu": {"lambda": self.lam, "step": self.lr * self.lam,
+                         "edges-per-client": float((self.graph > 0).sum(dim=1).float().mean())}}
+
+
+def given_graph(cfg: RunConfig, source: str, graph_file: str, key: str) -> np.ndarray:
+    """A given client graph [K, K] for a method's `<key>` setting: `label-sharing` (the partition's
+    ground truth, rebuilt on the server from the data set), `road` (a traffic data set's sensor
+    graph) or `file` (a checked .npy/.csv). A ConfigError names the key, the value and what is allowed."""
+    from datasets.sources import DataNotFoundError, dataset_task
+    from server_app.config import ConfigError
+    from strategies.sfl import ground_truth, road_graph
+
+    def invalid(why: str, name: str = key, value: Any = source) -> ConfigError:
+        return ConfigError(f"run config: key '{name}' = {value!r} is invalid: {why}")
+
+    try:
+        if source == "file":
+            try:
+                return read_adjacency(graph_file, cfg.num_clients)
+            except ValueError as err:
+                raise invalid(str(err), f"{key}-file", graph_file) from None
+        if source == "road":
+            from datasets import traffic
+
+            if cfg.dataset not in traffic.TRAFFIC_DATASETS:
+                raise invalid(f"the road graph comes with the traffic data sets "
+                              f"({', '.join(traffic.TRAFFIC_DATASETS)}), not dataset "
+                              f"'{cfg.dataset}'; use 'label-sharing' or 'file'")
+            graph = road_graph(cfg)
+        elif source == "label-sharing":
+            if dataset_task(cfg.dataset) != "classification":
+                raise invalid(f"dataset '{cfg.dataset}' has no labels to share; use 'road' or 'file'")
+            graph = ground_truth(cfg, required=True).label_graph
+        else:
+            raise invalid("allowed: 'label-sharing', 'road', 'file'")
+        return check_adjacency(graph, cfg.num_clients)
+    except (DataNotFoundError, OSError) as err:
+        raise invalid(f"the graph could not be built from the data set: {err}") from None
+    except ValueError as err:
+        if isinstance(err, ConfigError):
+            raise
+        raise invalid(str(err)) from None
+
+
+def build_fedu(cfg: RunConfig) -> FedU:
+    """FedU from the run config; the graph is loaded and checked before any client is contacted."""
+    graph = given_graph(cfg, cfg.fedu.graph, cfg.fedu.graph_file, "fedu.graph")
+    log.info("FedU: graph '%s', %.1f neighbours per client (self included), λ = %g",
+             cfg.fedu.graph, float((graph > 0).sum(axis=1).mean()), cfg.fedu.lambda_)
+    return FedU(cfg.num_clients, cfg.fraction_train, graph, cfg.fedu.lambda_, cfg.lr)

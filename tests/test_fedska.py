@@ -1,0 +1,301 @@
+"""FedSKA (specs/fedska.md §7): the learned graph's shape, the denoising objective, the split-learning
+gradient against a central computation, slot alignment, the cosine pull, and small federations."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from flwr.app import ArrayRecord, Message, RecordDict
+from torch.nn import functional as F
+
+from client_app.app import app as client_app
+from client_app.fedska import (
+    StructurePull, slot_permutation, slot_samples, slot_targets,
+)
+from datasets.federated import load_client_data
+from models import build_model
+from models.gnn import (
+    DenseGCN, GCNEncoder, StructureLearner, denoising_loss, denoising_mask, symmetric_normalize,
+)
+from server_app.app import run
+from server_app.config import ConfigError, RunConfig
+from server_app.local_grid import FIRST_NODE_ID, LocalGrid
+from server_app.simulate import default_run_config, simulate
+from strategies.fedska import StructureModel, encoder_gradient_step
+from strategies.graph import share_on_edges
+from strategies.messages import (
+    CLIENT, CONFIG, GLOBAL, GRAD, GRAD_G, H_G, HEAD, METRICS, QUERY_SKA_EMBED, QUERY_SKA_GRAD,
+    SLOT_ENCODING, SLOT_FEATURES, SLOT_P, ClientAddress, SlotInstructions,
+)
+from strategies.registry import build_strategy
+
+
+# --- the structure learner (§2 Generator, Sparsify, Symmetrize) ------------------------------------
+def test_learned_graph_is_sparse_before_and_symmetric_non_negative_after_symmetrisation():
+    torch.manual_seed(0)
+    descriptors = torch.randn(15, 8)
+    learner = StructureLearner(8, k=3)
+    assert torch.equal(learner.layers[0].weight, torch.eye(8))  # identity-initialised
+    sparse = learner.sparse(descriptors)
+    assert (sparse >= 0).all()
+    assert int((sparse > 0).sum(dim=1).max()) <= 4  # ≤ k+1 non-zeros per row (self included)
+    s = learner(descriptors)
+    assert torch.allclose(s, s.T) and (s >= 0).all() and torch.isfinite(s).all()
+    assert int((s > 0).sum(dim=1).max()) <= 2 * 4  # the union of a row and its column
+
+
+def test_symmetric_normalisation_is_d_half_a_d_half():
+    a = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0], [0.0, 1.0, 1.0]])
+    expected = np.array([[1 / 2, 1 / np.sqrt(6), 0], [1 / np.sqrt(6), 1 / 3, 1 / np.sqrt(6)],
+                         [0, 1 / np.sqrt(6), 1 / 2]])
+    np.testing.assert_allclose(symmetric_normalize(a).numpy(), expected, atol=1e-6)
+
+
+def _clustered(groups=2, per_group=6, dim=16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    centres = torch.randn(groups, dim, generator=g) * 3
+    x = torch.cat([c + 0.3 * torch.randn(per_group, dim, generator=g) for c in centres])
+    truth = np.kron(np.eye(groups), np.ones((per_group, per_group)))
+    return x, truth
+
+
+def test_learned_graph_links_clients_with_similar_descriptors():
+    x, truth = _clustered()
+    s = StructureLearner(16, k=4)(x).detach().numpy()
+    assert share_on_edges(s, truth) == pytest.approx(1.0)  # every edge inside a true group
+
+
+def test_denoising_loss_falls_and_trains_the_generator():
+    x, _ = _clustered(per_group=10)
+    cfg = RunConfig.from_flower({**default_run_config(), "fedska.k": 5, "fedska.mask-ratio": 0.3,
+                                 "fedska.structure-steps": 150})
+    model = StructureModel(16, cfg.fedska, seed=0)
+    before = [p.detach().clone() for p in model.learner.parameters()]
+    _, losses = model.fit(x)
+    assert len(losses) == 150
+    assert np.mean(losses[-20:]) < 0.5 * np.mean(losses[:20])
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.learner.parameters()))
+
+
+def test_denoising_loss_is_the_mse_on_masked_entries_only():
+    torch.manual_seed(0)
+    x = torch.randn(5, 4)
+    learner, denoiser = StructureLearner(4, 2), DenseGCN((4, 3, 3, 4))
+    mask = torch.zeros(5, 4)
+    mask[1, 2] = mask[3, 0] = 1.0
+    loss = denoising_loss(learner, denoiser, x, mask, "mask", torch.Generator())
+    out = denoiser(x * (1 - mask), learner(x))
+    expected = ((out[1, 2] - x[1, 2]) ** 2 + (out[3, 0] - x[3, 0]) ** 2) / 2
+    assert float(loss.detach()) == pytest.approx(float(expected.detach()), rel=1e-6)
+    assert denoising_mask((3, 3), 1e-9, torch.Generator().manual_seed(0)).sum() == 1  # ≥ 1 entry
+
+
+# --- client halves, called as the ClientApp would ----------------------------------------------------
+def _context(tiny_run, **overrides):
+    """One in-process node hosting 3 clients, as the ClientApp sees them."""
+    run_config = {**default_run_config(), **tiny_run, "method": "fedska", "partition": "shards",
+                  "num-clients": 3, **overrides}
+    return LocalGrid(client_app, 1, run_config), RunConfig.from_flower(run_config)
+
+
+def _global(cfg):
+    torch.manual_seed(0)
+    return build_model(cfg.model, (1, 28, 28), 10)
+
+
+def _ask(grid, client, records, message_type):
+    content = RecordDict({**records, CLIENT: ClientAddress(client_id=client).config()})
+    (reply,) = grid.send_and_receive([Message(content, dst_node_id=FIRST_NODE_ID,
+                                              message_type=message_type)])
+    assert not reply.has_error(), reply.error.reason
+    return reply.content
+
+
+def _slot_features(context, cfg, model, num_slots):
+    """P [L, K, d] from `query.ska_embed` of every client."""
+    config = SlotInstructions(num_slots=num_slots, seed=cfg.seed).config()
+    arrays = ArrayRecord(model.state_dict())
+    rows = [torch.from_numpy(_ask(context, k, {GLOBAL: arrays, CONFIG: config},
+                                  QUERY_SKA_EMBED)[SLOT_FEATURES][SLOT_P].numpy())
+            for k in range(cfg.num_clients)]
+    return torch.stack(rows, dim=1)
+
+
+def test_encoder_gradient_from_client_replies_equals_the_central_gradient(tiny_run):
+    context, cfg = _context(tiny_run)
+    model = _global(cfg)
+    num_slots = 170  # > N_k = 160: the last slots repeat samples
+    slots = _slot_features(context, cfg, model, num_slots)
+    torch.manual_seed(1)
+    s = symmetric_normalize(torch.rand(3, 3) + torch.eye(3))
+    encoder = GCNEncoder(slots.shape[2])
+    head = ArrayRecord({k[len("head."):]: v for k, v in model.state_dict().items()
+                        if k.startswith("head.")})
+    config = SlotInstructions(num_slots=num_slots, seed=cfg.seed).config()
+    with torch.no_grad():
+        encodings = encoder(s, slots)
+    grads, client_losses = {}, {}
+    for k in range(3):
+        reply = _ask(context, k, {
+            SLOT_ENCODING: ArrayRecord({H_G: _np(encodings[:, k, :])}), HEAD: head, CONFIG: config,
+        }, QUERY_SKA_GRAD)
+        grads[k] = torch.from_numpy(reply[GRAD][GRAD_G].numpy())
+        client_losses[k] = reply[METRICS]["loss"]
+    encoder_gradient_step(encoder, s, slots, grads)
+    assembled = [p.grad.clone() for p in encoder.parameters()]
+
+    central = GCNEncoder(slots.shape[2])
+    central.load_state_dict(encoder.state_dict())
+    h = central(s, slots)
+    total = 0.0
+    for k in range(3):
+        y = load_client_data(cfg.data_spec, k).train_y
+        labels = y[slot_samples(slot_permutation(cfg.seed, k, len(y)), num_slots)]
+        loss = F.cross_entropy(model.head(h[:, k, :]), labels)  # (1/L) Σ_l CE (Eq 8)
+        assert float(loss.detach()) == pytest.approx(client_losses[k], rel=1e-5)
+        total = total + loss
+    total.backward()
+    for got, want in zip(assembled, [p.grad for p in central.parameters()]):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def _np(tensor):
+    from flwr.app import Array
+
+    return Array(np.ascontiguousarray(tensor.detach().numpy()))
+
+
+@pytest.mark.parametrize("num_slots", [160, 200, 50])  # L = N, L > N (repeats), L < N
+def test_slot_alignment_returns_every_encoding_to_the_sample_that_produced_it(tiny_run, num_slots):
+    context, cfg = _context(tiny_run)
+    model = _global(cfg)
+    slots = _slot_features(context, cfg, model, num_slots)
+    h_g = GCNEncoder(slots.shape[2], "identity")(torch.eye(3), slots)  # H^g = P
+    for k in range(3):
+        data = load_client_data(cfg.data_spec, k)
+        assert len(data.train_y) == 160
+        permutation = slot_permutation(cfg.seed, k, len(data.train_y))
+        targets, has = slot_targets(h_g[:, k, :], permutation)
+        with torch.no_grad():
+            own = model.features(data.train_x)
+        assert int(has.sum()) == min(num_slots, 160)
+        torch.testing.assert_close(targets[has], own[has], atol=1e-5, rtol=1e-5)
+        assert torch.equal(targets[~has], torch.zeros_like(targets[~has]))
+
+
+def test_structure_pull_is_lambda_times_mean_one_minus_cosine():
+    torch.manual_seed(0)
+    model = build_model("mclr", (1, 28, 28), 10)
+    x = torch.randn(6, 1, 28, 28)
+    targets = torch.randn(6, 64)
+    targets[4] = 0.0  # a zero target: cos = 0, no gradient
+    has = torch.tensor([True, True, True, True, True, False])
+    pulled = StructurePull(model, x, targets, has, lambda_s=0.5)
+    ids = torch.tensor([0, 4, 5, 2])
+    pulled(ids)
+    value = pulled.penalty(pulled)
+    feats = model.features(x[ids])
+    cos = F.cosine_similarity(feats, targets[ids], dim=1)
+    expected = 0.5 * ((1 - cos) * has[ids].float()).mean()
+    assert float(value.detach()) == pytest.approx(float(expected.detach()), rel=1e-6)
+    assert float(cos[1].detach()) == 0.0
+    assert pulled.mean_structure_loss == pytest.approx(float(((1 - cos) * has[ids]).sum().detach() / 3))
+
+
+# --- whole federations ---------------------------------------------------------------------------
+def test_fedska_federation_learns_a_graph_trains_gnn_e_and_reports_bytes_by_phase(tiny_run, tmp_path):
+    summary = simulate({**tiny_run, "method": "fedska", "partition": "shards", "num-clients": 6,
+                        "num-rounds": 2, "finetune-epochs": 1})
+    assert summary["final"]["personalized"]["mean"] > summary["round-0"]["personalized"]["mean"] + 20
+    out = tmp_path / "run"
+    graph = np.load(out / "graph.npy")
+    assert np.allclose(graph, graph.T) and (graph >= 0).all()
+    assert np.load(out / "learned-graphs.npy").shape == (2, 6, 6)
+    assert (out / "graphs" / "round-002.png").exists()
+    rounds = [json.loads(line) for line in (out / "rounds.jsonl").open()]
+    fedska = summary["fedska"]
+    slots = fedska["num-slots"]
+    assert slots == 160  # L = max_k N_k
+    for record in rounds[1:]:
+        assert len(record["fedska-denoising-loss"]) == 10 and len(record["fedska-split-loss"]) == 2
+        assert 0.0 <= record["fedska-share-label-sharing"] <= 1.0
+        phases = record["fedska-bytes-per-client"]
+        assert set(phases) == {"train", "embed", "grad", "evaluate"}
+        assert slots * 64 * 4 <= phases["embed"]["up"] < slots * 64 * 4 + 1000  # P_k: L×d floats
+        assert 2 * slots * 64 * 4 <= phases["grad"]["up"] < 2 * slots * 64 * 4 + 2000  # E_g = 2
+    assert "fedska-structure-loss" not in rounds[1] and 0 < rounds[2]["fedska-structure-loss"] < 2
+    assert rounds[2]["fedska-bytes-per-client"]["train"]["down"] > \
+        rounds[1]["fedska-bytes-per-client"]["train"]["down"] + slots * 64 * 4  # + h^g from round 2
+    assert len(fedska["split-loss"]) == 2 and fedska["random-knn-share"] is not None
+
+
+def test_missing_replies_skip_the_client_and_partial_participation_keeps_stale_rows(tiny_run, caplog,
+                                                                                   monkeypatch):
+    failed: list[int] = []
+
+    def flaky(message, context):  # the first gradient query fails
+        if message.metadata.message_type == QUERY_SKA_GRAD and not failed:
+            failed.append(int(message.content[CLIENT]["client-id"]))
+            raise RuntimeError("node busy")
+        return client_app(message, context)
+
+    run_config = {**default_run_config(), **tiny_run, "method": "fedska", "partition": "shards",
+                  "num-clients": 6, "num-rounds": 3, "fraction-train": 0.5}
+    cfg = RunConfig.from_flower(run_config)
+    strategy = build_strategy(cfg)
+    monkeypatch.setattr("server_app.app.build_strategy", lambda _: strategy)
+    summary = run(LocalGrid(flaky, 2, run_config), cfg)
+    assert f"query.ska_grad: client {failed[0]} failed and is skipped" in caplog.text
+    assert summary["final"]["personalized"]["mean"] > 30
+    seen = strategy.described.nonzero().squeeze(1).tolist()
+    assert 3 <= len(seen) <= 6 and strategy.embedded.sum() == len(seen)
+    assert torch.isfinite(strategy.encodings).all()
+    absent = [c for c in range(6) if c not in seen]
+    assert all(torch.equal(strategy.graph[c], torch.eye(6)[c]) for c in absent)  # self-only rows
+
+
+def test_given_graph_mode_uses_the_normalised_label_sharing_graph(tiny_run):
+    cfg = RunConfig.from_flower({**default_run_config(), **tiny_run, "method": "fedska",
+                                 "partition": "shards", "num-clients": 6,
+                                 "fedska.graph": "label-sharing"})
+    strategy = build_strategy(cfg)
+    from strategies.sfl import ground_truth
+
+    a0 = torch.as_tensor(ground_truth(cfg).label_graph)
+    torch.testing.assert_close(strategy.prior_hat, symmetric_normalize(a0))
+    strategy.descriptors = torch.randn(6, 4)
+    strategy.described[:] = True
+    strategy._learn_structure()
+    torch.testing.assert_close(strategy.graph, symmetric_normalize(a0))
+    with pytest.raises(ConfigError, match="key 'fedska.tau'"):
+        build_strategy(RunConfig.from_flower({
+            **default_run_config(), **tiny_run, "method": "fedska", "dataset": "traffic-synthetic",
+            "partition": "sensors", "model": "gru", "fedska.tau": 0.5}))
+
+
+def test_identity_encoder_reproduces_the_reference_and_sends_no_gradient_query(tiny_run, monkeypatch):
+    sent: list[str] = []
+
+    def spy(message, context):
+        sent.append(message.metadata.message_type)
+        return client_app(message, context)
+
+    run_config = {**default_run_config(), **tiny_run, "method": "fedska", "num-rounds": 1,
+                  "fedska.encoder": "identity"}
+    cfg = RunConfig.from_flower(run_config)
+    strategy = build_strategy(cfg)
+    monkeypatch.setattr("server_app.app.build_strategy", lambda _: strategy)
+    run(LocalGrid(spy, 2, run_config), cfg)
+    assert QUERY_SKA_EMBED in sent and QUERY_SKA_GRAD not in sent
+    torch.testing.assert_close(strategy.encodings, strategy.slots)
+
+
+def test_readme_documents_every_fedska_key():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("### FedSKA")[1].split("\n### ")[0]
+    keys = [key for key in RunConfig().flat() if key.startswith("fedska.")]
+    assert len(keys) == 14
+    assert [k for k in keys if f"`{k}`" not in section] == []

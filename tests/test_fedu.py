@@ -1,0 +1,97 @@
+"""FedU: the Laplacian step over the given graph, stale rows, λ = 0 is `local`, graph checks."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from flwr.app import ArrayRecord, MetricRecord, RecordDict
+
+from models import build_model
+from server_app.config import ConfigError, RunConfig
+from server_app.simulate import default_run_config, simulate
+from strategies.fedu import FedU, laplacian_step
+from strategies.graph import row_normalize
+from strategies.messages import METRICS, PERSONAL, TRAIN_LOCAL
+from strategies.params import ParameterLayout
+from strategies.registry import build_strategy
+
+
+def test_laplacian_step_moves_each_row_toward_its_neighbours():
+    rng = np.random.default_rng(0)
+    a = torch.as_tensor(rng.random((5, 5)), dtype=torch.float32)
+    v = torch.randn(5, 7)
+    out = laplacian_step(v, a, 0.3)
+    for k in range(5):
+        pull = sum(a[k, l] * (v[k] - v[l]) for l in range(5) if l != k)
+        torch.testing.assert_close(out[k], v[k] - 0.3 * pull)
+
+
+def test_symmetric_graph_keeps_the_mean_and_pulls_rows_together():
+    a = torch.ones(4, 4)
+    v = torch.randn(4, 6)
+    out = laplacian_step(v, row_normalize(a), 0.5)
+    torch.testing.assert_close(out.mean(dim=0), v.mean(dim=0))
+    assert (out - out.mean(dim=0)).norm() < (v - v.mean(dim=0)).norm()
+
+
+def _strategy(graph, lam=0.1, lr=0.5):
+    torch.manual_seed(0)
+    arrays = ArrayRecord(build_model("mclr", (1, 28, 28), 10).state_dict())
+    strategy = FedU(len(graph), 1.0, graph, lam, lr)
+    strategy.layout = ParameterLayout.of(arrays)
+    strategy.personal = strategy.layout.matrix(arrays, len(graph))
+    return strategy
+
+
+def test_server_step_uses_only_this_rounds_clients_and_keeps_stale_rows():
+    graph = np.ones((4, 4), dtype=np.float32)
+    strategy = _strategy(graph)
+    before = strategy.personal.clone()
+    new = {0: torch.randn(strategy.layout.size), 2: torch.randn(strategy.layout.size)}
+    for client, row in new.items():
+        strategy.absorb(client, RecordDict({PERSONAL: strategy.layout.arrays(row),
+                                            METRICS: MetricRecord({"num-examples": 3})}))
+    assert strategy.after_train(1) is None  # no global model
+    a_hat = row_normalize(graph)
+    step = 0.5 * 0.1
+    torch.testing.assert_close(strategy.personal[0], new[0] - step * a_hat[0, 2] * (new[0] - new[2]))
+    torch.testing.assert_close(strategy.personal[2], new[2] - step * a_hat[2, 0] * (new[2] - new[0]))
+    assert torch.equal(strategy.personal[1], before[1]) and torch.equal(strategy.personal[3], before[3])
+    assert strategy.train_message_type == TRAIN_LOCAL  # the client half of `local`
+
+
+def test_lambda_zero_is_exactly_local_training(tiny_run, tmp_path):
+    common = {**tiny_run, "partition": "shards", "num-clients": 4, "num-rounds": 2}
+    local = simulate({**common, "method": "local", "run-name": "local"})
+    fedu0 = simulate({**common, "method": "fedu", "fedu.lambda": 0.0, "run-name": "fedu0"})
+    fedu = simulate({**common, "method": "fedu", "fedu.lambda": 5.0, "run-name": "fedu"})
+    assert fedu0["final"] == local["final"]
+    assert fedu["final"] != local["final"]
+    graph = np.load(tmp_path / "fedu" / "graph.npy")
+    np.testing.assert_allclose(graph.sum(axis=1), np.ones(4), atol=1e-6)
+    assert json.loads((tmp_path / "fedu" / "summary.json").read_text())["fedu"]["step"] == \
+        pytest.approx(0.05 * 5.0)
+
+
+def test_graph_settings_are_checked_before_any_client_is_contacted(tiny_run, tmp_path):
+    with pytest.raises(ConfigError, match="key 'fedu.graph' = 'road' is invalid: the road graph"):
+        build_strategy(RunConfig.from_flower({**default_run_config(), **tiny_run,
+                                              "method": "fedu", "fedu.graph": "road"}))
+    with pytest.raises(ConfigError, match="fedu.graph-file"):
+        RunConfig.from_flower({**default_run_config(), "fedu.graph": "file"})
+    bad = tmp_path / "g.npy"
+    np.save(bad, -np.ones((4, 4)))
+    with pytest.raises(ConfigError, match="key 'fedu.graph-file' .* negative"):
+        build_strategy(RunConfig.from_flower({**default_run_config(), **tiny_run, "method": "fedu",
+                                              "fedu.graph": "file", "fedu.graph-file": str(bad)}))
+
+
+def test_readme_documents_every_fedu_key():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("### FedU")[1].split("\n### ")[0]
+    keys = [key for key in RunConfig().flat() if key.startswith("fedu.")]
+    assert len(keys) == 3
+    assert [k for k in keys if f"`{k}`" not in section] == []
