@@ -380,24 +380,22 @@ def markdown(meta: dict[str, Any], summaries: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def plot(summaries: list[dict[str, Any]], path: Path, title: str = "") -> None:
+def plot_curves(series: list[tuple[str, list[tuple[int, float]]]], path: Path, ylabel: str,
+                title: str = "") -> None:
+    """One line per (label, [(round, value), ...]) series, saved as a PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    regression = is_regression(summaries)
-    key = "mae" if regression else "personalized-mean"
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for summary in summaries:
-        points = [(p["round"], p[key]) for p in summary["curve"] if key in p]
+    for label, points in series:
         if points:
-            ax.plot(*zip(*points), marker="o", markersize=3, label=summary["method"])
+            ax.plot(*zip(*points), marker="o", markersize=3, label=label)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("round")
-    ax.set_ylabel("MAE averaged over clients (lower is better)" if regression
-                  else "personalized mean accuracy (%)")
+    ax.set_ylabel(ylabel)
     if title:
         ax.set_title(title)
     ax.grid(alpha=0.3)
@@ -405,6 +403,15 @@ def plot(summaries: list[dict[str, Any]], path: Path, title: str = "") -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def plot(summaries: list[dict[str, Any]], path: Path, title: str = "") -> None:
+    regression = is_regression(summaries)
+    key = "mae" if regression else "personalized-mean"
+    series = [(summary["method"], [(p["round"], p[key]) for p in summary["curve"] if key in p])
+              for summary in summaries]
+    plot_curves(series, path, "MAE averaged over clients (lower is better)" if regression
+                else "personalized mean accuracy (%)", title)
 
 
 # --- command line ---------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 from flwr.clientapp import ClientApp
 
-from client_app import ditto, evaluation, fedavg, flt, identify, ifca, local, sfl
+from client_app import ditto, evaluation, fedavg, fedcg, fedska, flt, identify, ifca, local, sfl
 
 app = ClientApp()
 
@@ -15,4 +15,9 @@ app.query("flt_embed")(flt.embed)
 app.train("ifca")(ifca.train)
 app.evaluate("ifca")(ifca.evaluate)
 app.train("sfl")(sfl.train)
+app.train("fedska")(fedska.train)
+app.query("ska_embed")(fedska.embed)
+app.query("ska_grad")(fedska.slot_gradient)
+app.train("fedcg")(fedcg.train)
+app.evaluate("fedcg")(fedcg.evaluate)
 app.evaluate()(evaluation.evaluate)

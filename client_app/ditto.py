@@ -30,7 +30,7 @@ def train(message: Message, context: Context) -> Message:
         personal, x, y, epochs=ins.personal_epochs, penalty=pull,
         generator=seeded_generator(ins.seed, rt.client_id, ins.server_round, 1), **shared,
     )
-    reply = TrainReply(num_examples=len(y), train_loss=loss)
+    reply = TrainReply(num_examples=len(y), train_loss=loss, cuda=rt.on_cuda)
     return Message(
         RecordDict({
             MODEL: model_record(global_model),

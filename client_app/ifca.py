@@ -52,7 +52,7 @@ def train(message: Message, context: Context) -> Message:
         model, x, y, epochs=ins.local_epochs, batch_size=ins.batch_size, lr=ins.lr,
         momentum=ins.momentum, generator=seeded_generator(ins.seed, rt.client_id, ins.server_round),
     )
-    reply = TrainReply(num_examples=len(y), train_loss=loss, cluster=cluster)
+    reply = TrainReply(num_examples=len(y), train_loss=loss, cluster=cluster, cuda=rt.on_cuda)
     return Message(
         RecordDict({MODEL: model_record(model), METRICS: reply.metrics()}), reply_to=message
     )

@@ -22,6 +22,6 @@ def train_and_reply(
         momentum=ins.momentum, generator=seeded_generator(ins.seed, rt.client_id, ins.server_round),
         penalty=penalty,
     )
-    reply = TrainReply(num_examples=len(y), train_loss=loss)
+    reply = TrainReply(num_examples=len(y), train_loss=loss, cuda=rt.on_cuda)
     return Message(RecordDict({record: model_record(model), METRICS: reply.metrics()}),
                    reply_to=message)

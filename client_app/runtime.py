@@ -3,13 +3,13 @@ its data (loaded once per process), the device, and models built from records.""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import torch
 from flwr.app import ArrayRecord, Context, Message
 
-from datasets.federated import ClientData, load_client_data
+from datasets.federated import ClientData, DataSpec, load_client_data
 from models import Backbone, build_model
 from server_app.config import RunConfig
 from strategies.messages import CLIENT, ClientAddress
@@ -62,6 +62,11 @@ class ClientRuntime:
     data: ClientData
     device: torch.device
 
+    @property
+    def on_cuda(self) -> int:
+        """1 when this client trains on a CUDA GPU, 0 on the CPU (the `cuda` train metric)."""
+        return int(self.device.type == "cuda")
+
     def model(self, arrays: ArrayRecord) -> Backbone:
         """A backbone on the device holding the weights in `arrays` (built on the meta device and
         given the received tensors, so no random initialisation is computed and thrown away)."""
@@ -76,6 +81,17 @@ class ClientRuntime:
         return x.to(self.device), y.to(self.device)
 
 
+def node_data_spec(cfg: RunConfig, context: Context) -> DataSpec:
+    """The run's data spec, with the SuperNode's own `data-root` (node_config) when it was started
+    with one: a deployed client reads its data where that machine keeps it."""
+    root = context.node_config.get("data-root")
+    if root in (None, ""):
+        return cfg.data_spec
+    if not isinstance(root, str):
+        raise NodeConfigError(f'node_config data-root={root!r} must be a quoted path: data-root="/data"')
+    return replace(cfg.data_spec, data_root=root)
+
+
 def client_runtime(message: Message, context: Context) -> ClientRuntime:
     """Resolve the logical client a message is for and check this node hosts it."""
     cfg = run_config(context)
@@ -87,7 +103,7 @@ def client_runtime(message: Message, context: Context) -> ClientRuntime:
         raise NodeConfigError(
             f"client {client} is not hosted by partition {partition_id}/{num_partitions}"
         )
-    data = load_client_data(cfg.data_spec, client)
+    data = load_client_data(node_data_spec(cfg, context), client)
     return ClientRuntime(cfg, client, data, resolve_device(cfg.device))
 
 

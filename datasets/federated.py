@@ -144,6 +144,8 @@ def dataset_info(dataset: str, data_root: str | None) -> tuple[tuple[int, ...], 
 def rotate(images: torch.Tensor, degrees: float) -> torch.Tensor:
     """Rotate [n, C, H, W] images counter-clockwise; exact (torch.rot90) for multiples of 90 degrees."""
     quarter_turns, remainder = divmod(float(degrees), 90.0)
+    if len(images) == 0:  # e.g. the empty train split of a held-out test client
+        return images
     if remainder == 0.0:
         turns = int(quarter_turns) % 4
         return torch.rot90(images, k=turns, dims=(-2, -1)).contiguous() if turns else images
@@ -155,3 +157,12 @@ def rotate(images: torch.Tensor, degrees: float) -> torch.Tensor:
 
 def _images(source: DataSource, indices: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(source.images[indices])  # fancy indexing copies: writable, owned
+
+
+def client_sizes(spec: DataSpec, client_id: int) -> tuple[int, int]:
+    """(train, test) sample counts of client ``client_id``, without building its image tensors."""
+    if traffic.is_traffic(spec.dataset):
+        data = load_client_data(spec, client_id)
+        return len(data.train_y), len(data.test_y)
+    partition = load_partition(spec)[1]
+    return len(partition.train_indices[client_id]), len(partition.test_indices[client_id])

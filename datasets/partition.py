@@ -33,10 +33,13 @@ class PartitionSpec:
     power_law: bool = False  # label-clusters: power-law client sizes within a cluster
     rotations: tuple[float, ...] = (0.0, 90.0, 180.0, 270.0)  # domains, degrees
     max_samples_per_client: int = 0  # 0 = no cap; else cap each client's pool before the split
+    test_clients: float = 0.0  # domains: share of clients held out whole as test clients (0 = none)
+    unseen_rotations: tuple[float, ...] = ()  # domains: angles only held-out test clients see
 
     def __post_init__(self) -> None:
         # A list of rotations (e.g. from a config file) would make the spec unhashable.
         object.__setattr__(self, "rotations", tuple(float(r) for r in self.rotations))
+        object.__setattr__(self, "unseen_rotations", tuple(float(r) for r in self.unseen_rotations))
 
 
 @dataclass(frozen=True, eq=False)
@@ -48,6 +51,7 @@ class Partition:
     cluster_ids: np.ndarray | None  # int64 [K]: label cluster / domain per client, else None
     label_graph: np.ndarray  # float32 [K, K]: 1 where two clients share a train label; diagonal 1
     rotations: np.ndarray | None  # float64 [K] degrees per client for "domains", else None
+    test_clients: np.ndarray | None = None  # int64 ids of held-out test clients ("domains"), else None
 
     @property
     def num_clients(self) -> int:
@@ -73,7 +77,13 @@ def make_partition(labels: np.ndarray, spec: PartitionSpec, groups: np.ndarray |
     pools, cluster_ids, rotations = _assign_pools(labels, spec, groups, pool_rng)
     if spec.max_samples_per_client > 0:
         pools = [_cap(pool, spec.max_samples_per_client, cap_rng) for pool in pools]
-    splits = [_split_train_test(pool, spec.test_fraction, split_rng) for pool in pools]
+    held_out = heldout_test_clients(spec)
+    if held_out is None:
+        splits = [_split_train_test(pool, spec.test_fraction, split_rng) for pool in pools]
+    else:  # whole clients: a train client keeps all its pool for training, a test client for test
+        empty = np.empty(0, dtype=np.int64)
+        splits = [(empty, np.sort(pool)) if client in held_out else (np.sort(pool), empty)
+                  for client, pool in enumerate(np.asarray(p, dtype=np.int64) for p in pools)]
     train = tuple(train for train, _ in splits)
     return Partition(
         train_indices=train,
@@ -81,7 +91,23 @@ def make_partition(labels: np.ndarray, spec: PartitionSpec, groups: np.ndarray |
         cluster_ids=cluster_ids,
         label_graph=label_graph(labels, train),
         rotations=rotations,
+        test_clients=held_out,
     )
+
+
+def heldout_test_clients(spec: PartitionSpec) -> np.ndarray | None:
+    """Ids of the whole clients held out for testing under "domains" with ``test_clients`` > 0: the
+    last T = round(test_clients·K) ids (at least 1, at most K − 1); None when clients are not held out.
+
+    Train clients 0..K−T−1 take the seen rotations in turn; test client j (0-based among the test
+    clients) takes rotation j mod (D + U) of ``rotations + unseen_rotations``, so with at least D + U
+    test clients every seen and every unseen domain has test clients.
+    """
+    if spec.test_clients <= 0:
+        return None
+    k = spec.num_clients
+    count = min(max(int(np.floor(spec.test_clients * k + 0.5)), 1), k - 1)
+    return np.arange(k - count, k, dtype=np.int64)
 
 
 def label_graph(labels: np.ndarray, index_sets: tuple[np.ndarray, ...] | list[np.ndarray]) -> np.ndarray:
@@ -113,6 +139,13 @@ def _validate(spec: PartitionSpec, num_samples: int) -> None:
         (len(spec.rotations) >= 1, "rotations", spec.rotations, "a non-empty tuple of degrees"),
         (spec.max_samples_per_client >= 0, "max_samples_per_client", spec.max_samples_per_client,
          "0 (no cap) or a positive integer"),
+        (0.0 <= spec.test_clients < 1.0, "test_clients", spec.test_clients, "a share in [0, 1)"),
+        (spec.test_clients == 0 or spec.scheme == "domains", "test_clients", spec.test_clients,
+         "0 unless the scheme is 'domains' (held-out test clients are a 'domains' option)"),
+        (spec.test_clients == 0 or spec.num_clients >= 2, "num_clients", spec.num_clients,
+         ">= 2 when test clients are held out (at least one train and one test client)"),
+        (not spec.unseen_rotations or spec.test_clients > 0, "unseen_rotations", spec.unseen_rotations,
+         "empty unless test clients are held out (only test clients see unseen domains)"),
     ]
     for ok, name, value, allowed in checks:
         if not ok:
@@ -147,8 +180,11 @@ def _assign_pools(
         return _label_clusters(labels, spec, rng)
     if spec.scheme == "domains":
         domains = np.arange(k, dtype=np.int64) % len(spec.rotations)
-        rotations = np.asarray(spec.rotations, dtype=np.float64)[domains]
-        return _iid(len(labels), k, rng), domains, rotations
+        held_out = heldout_test_clients(spec)
+        if held_out is not None:  # test clients cycle over seen + unseen domains
+            domains[held_out] = np.arange(len(held_out)) % (len(spec.rotations) + len(spec.unseen_rotations))
+        angles = np.asarray(spec.rotations + spec.unseen_rotations, dtype=np.float64)
+        return _iid(len(labels), k, rng), domains, angles[domains]
     return _natural(groups, len(labels), k, rng), None, None
 
 

@@ -14,6 +14,7 @@ from datasets.federated import load_partition
 from datasets.partition import Partition
 from datasets.sources import SOURCE_INFO, DataNotFoundError
 from models import build_model
+from server_app.checkpoint import CheckpointStore
 from server_app.config import ConfigError, RunConfig
 from server_app.reporting import RunRecorder
 from server_app.runner import FederationRunner
@@ -46,16 +47,44 @@ def ground_truth(cfg: RunConfig) -> Partition | None:
         return None
 
 
+def check_run_directory(cfg: RunConfig, directory: Path, checkpoints: CheckpointStore) -> None:
+    """Refuse, before any file is written or client contacted, to overwrite an earlier run's results
+    or to resume a run that has no checkpoint."""
+    if cfg.resume:
+        if not checkpoints.rounds():
+            raise ConfigError(f"run config: resume=true but {checkpoints.directory} holds no "
+                              "checkpoint; check run-name and output-dir, or run without resume")
+    else:
+        rounds = directory / "rounds.jsonl"
+        if rounds.exists() and rounds.stat().st_size > 0:
+            last = checkpoints.rounds()[:1]
+            hint = (f"set resume=true to continue it from round {last[0]}, " if last and not
+                    (directory / "summary.json").exists() else "")
+            raise ConfigError(f"run config: {directory} already holds the results of a run with "
+                              f"run-name '{directory.name}'; {hint}choose another run-name, or "
+                              "move that directory away")
+    try:  # an unwritable output-dir fails now, not after the first round's work
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / ".write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        raise ConfigError(f"run config: cannot write results to {directory} ({err.strerror or err}); "
+                          "set output-dir to a writable folder") from None
+
+
 def run(grid: Grid, cfg: RunConfig, connect_timeout: float = 300.0) -> dict:
     """Run a whole federation; returns the summary that was also written to summary.json."""
     directory = run_directory(cfg)
     log.info("Bouquet: method=%s dataset=%s partition=%s clients=%d rounds=%d → %s", cfg.method,
              cfg.dataset, cfg.partition, cfg.num_clients, cfg.num_rounds, directory)
     strategy = build_strategy(cfg)  # may reject inputs (e.g. a graph file): before writing anything
-    recorder = RunRecorder(directory, cfg.flat())
-    runner = FederationRunner(grid, cfg, strategy, recorder, ground_truth(cfg))
+    checkpoints = CheckpointStore(directory / "checkpoints")
+    check_run_directory(cfg, directory, checkpoints)
+    recorder = RunRecorder(directory, cfg.flat(), fresh=not cfg.resume)
+    runner = FederationRunner(grid, cfg, strategy, recorder, ground_truth(cfg), checkpoints)
     runner.connect(timeout=connect_timeout)
-    summary = runner.run(initial_arrays(cfg))
+    summary = runner.run(initial_arrays(cfg), resume=cfg.resume)
     recorder.finish(summary.pop("clients"), summary)
     return summary
 
@@ -64,7 +93,7 @@ def run(grid: Grid, cfg: RunConfig, connect_timeout: float = 300.0) -> dict:
 def main(grid: Grid, context: Context) -> None:
     try:
         cfg = RunConfig.from_flower(context.run_config)
+        run(grid, cfg)
     except ConfigError as err:
         log.error("%s", err)  # the one line a user needs; Flower then marks the run failed
         raise
-    run(grid, cfg)

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator,
 )
 
-from datasets.federated import DataSpec
+from datasets.federated import DataSpec, dataset_info
 from datasets.partition import PARTITION_SCHEMES, PartitionSpec
 from datasets.sources import SOURCE_NAMES, dataset_task
 from models import MODEL_NAMES, SEQUENCE_MODELS
@@ -39,6 +39,24 @@ class _Settings(BaseModel):
     model_config = ConfigDict(
         frozen=True, extra="forbid", alias_generator=_kebab, populate_by_name=True
     )
+
+
+class _GraphFileRule(_Settings):
+    """Sections that read their client graph from `<section>.graph-file` when `graph='file'`."""
+
+    section: ClassVar[str]
+
+    @field_validator("graph_file", check_fields=False)
+    @classmethod
+    def _file_iff_graph_file(cls, value: str, info: ValidationInfo) -> str:
+        graph, key = info.data.get("graph"), cls.section
+        if graph == "file" and not value:
+            raise ValueError(f"{key}.graph='file' needs a path: set {key}.graph-file to a .npy or "
+                             ".csv adjacency matrix [num-clients, num-clients]")
+        if value and graph not in (None, "file"):
+            raise ValueError(f"a graph file is only read with {key}.graph='file' (got {key}.graph="
+                             f"'{graph}'); set {key}.graph='file' or leave {key}.graph-file empty")
+        return value
 
 
 class FedProxSection(_Settings):
@@ -84,8 +102,10 @@ class FedSEMSection(_Settings):
     clusters: int = Field(5, ge=1)
 
 
-class SFLSection(_Settings):
+class SFLSection(_GraphFileRule):
     """SFL / SFL* (specs/sfl.md): client graph, GCN hops L and α, local pulls λ1/λ2, SFL*'s learner."""
+
+    section: ClassVar[str] = "sfl"
 
     graph: Literal["label-sharing", "road", "file", "none"] = "label-sharing"  # the prior A
     graph_file: str = Field("", validate_default=True)  # .npy / .csv adjacency for graph='file'
@@ -109,17 +129,66 @@ class SFLSection(_Settings):
     gl_symmetric: bool = True  # export topk(A_L) + its transpose (reference: false)
     gl_self_loops: bool = True  # add self-loops to the exported graph (reference: false)
 
-    @field_validator("graph_file")
-    @classmethod
-    def _file_iff_graph_file(cls, value: str, info: ValidationInfo) -> str:
-        graph = info.data.get("graph")
-        if graph == "file" and not value:
-            raise ValueError("sfl.graph='file' needs a path: set sfl.graph-file to a .npy or .csv "
-                             "adjacency matrix [num-clients, num-clients]")
-        if value and graph not in (None, "file"):
-            raise ValueError(f"a graph file is only read with sfl.graph='file' (got sfl.graph="
-                             f"'{graph}'); set sfl.graph='file' or leave sfl.graph-file empty")
-        return value
+
+class FedSKASection(_Settings):
+    """FedSKA (specs/fedska.md): local cosine pull, structure learner, GNN_D denoising, GNN_E split
+    learning."""
+
+    lambda_s: float = Field(0.01, ge=0.0)  # λ_S of L_C + λ_S·L_S (Eq 9; [C] 0.01, [P] 1)
+    k: int = Field(10, ge=1)  # kNN: top-(k+1) per row, self included (capped at num-clients − 1)
+    structure_steps: int = Field(10, ge=0)  # E_S: denoising (L_D) steps per round
+    encoder_steps: int = Field(2, ge=0)  # E_g: split-learning exchanges (query.ska_grad) per round
+    mask_ratio: float = Field(0.01, gt=0.0, le=1.0)  # r: Bernoulli ratio of noised entries
+    noise: Literal["normal", "mask"] = "normal"  # H^c + M⊙N(0,1), or H^c⊙(1−M)
+    denoiser_hidden: int = Field(64, ge=1)  # GNN_D: d → h → h → d
+    structure_lr: float = Field(0.01, gt=0.0)  # Adam of the MLP + GNN_D
+    encoder_lr: float = Field(0.01, gt=0.0)  # Adam of GNN_E
+    encoder_weight_decay: float = Field(0.01, ge=0.0)
+    encoder: Literal["gcn", "identity"] = "gcn"  # GNN_E; `identity` = the reference code (h^g = P)
+    max_slots: int = Field(1024, ge=1)  # cap of L = max_k N_k
+    graph: Literal["learned", "label-sharing"] = "learned"  # S: learned, or the given graph (Table 3)
+    tau: float = Field(0.0, ge=0.0, le=1.0)  # S ← τ·Â0 + (1−τ)·S with the label-sharing Â0 ([C] 0.9)
+
+
+class FedUSection(_GraphFileRule):
+    """FedU: local training + a Laplacian step over a given client graph each round."""
+
+    section: ClassVar[str] = "fedu"
+
+    graph: Literal["label-sharing", "road", "file"] = "label-sharing"
+    graph_file: str = Field("", validate_default=True)  # .npy / .csv adjacency for graph='file'
+    lambda_: float = Field(0.1, ge=0.0)  # λ of w_k ← w_k − η·λ·Σ_l a_kl (w_k − w_l) ([C] L_K 0.1)
+
+
+class FedCGSection(_Settings):
+    """FedCG (specs/fedcg.md): domain clustering (teacher/student), FedCG layers, GCN and adjacency."""
+
+    domains: int = Field(4, ge=1)  # D
+    teacher_period: int = Field(10, ge=1)  # T: the teacher is replaced by the student every T rounds
+    beta: float = Field(0.5, ge=0.0, le=1.0)  # A_ii = β (eq. 7)
+    adj_warmup: int = Field(10, ge=0)  # A = I before this round (spec: = T)
+    adjacency: Literal["distance", "identity", "uniform", "random"] = "distance"
+    layers: Literal["last", "all"] = "last"  # which conv layers become FedCG layers
+    gcn_layers: Literal[1, 2] = 2  # 1: full W [q, q]; 2: bottleneck W1 [q, b], W2 [b, q]
+    bottleneck: int = Field(64, ge=1)  # b
+    use_w: bool = True  # false: a weight-free GCN
+    relu: bool = True  # σ = ReLU on the GCN outputs (false: identity)
+    residual: bool = True  # false: branch only (no agnostic layer)
+    lambda_init: float = 0.1  # initial λ of every FedCG layer
+    clustering: Literal["clf", "kmeans"] = "clf"  # teacher/student, or K-means of client models
+    kmeans_epochs: int = Field(1, ge=1)  # clustering='kmeans': local epochs of each client's model
+    domain_lr: float = Field(0.01, gt=0.0)  # SGD of the student (no momentum, no weight decay)
+    domain_stride: int = Field(1, ge=1)  # stride of both convs of the domain classifiers
+    soft: bool = True  # test assignment: student probabilities (false: one-hot argmax)
+
+    @property
+    def spec(self):  # -> models.fedcg.FedCGSpec (torch models: imported only when needed)
+        """The settings that shape the FedCG model."""
+        from models.fedcg import FedCGSpec
+
+        return FedCGSpec(num_domains=self.domains, layers=self.layers, gcn_layers=self.gcn_layers,
+                         bottleneck=self.bottleneck, use_w=self.use_w, relu=self.relu,
+                         residual=self.residual, lambda_init=self.lambda_init)
 
 
 class RunConfig(_Settings):
@@ -149,9 +218,16 @@ class RunConfig(_Settings):
     labels_per_cluster: int = Field(2, ge=1)
     power_law: bool = False
     domain_rotations: str = "0,90,180,270"
+    domain_test_clients: float = Field(0.0, ge=0.0, lt=1.0)  # domains: share of whole test clients
+    domain_unseen_rotations: str = ""  # domains: angles only the held-out test clients see
     eval_every: int = Field(1, ge=1)
     finetune_epochs: int = Field(1, ge=0)
     round_timeout: float = Field(600.0, gt=0.0)
+    max_update_norm: float = Field(10000.0, ge=0.0)  # drop replies whose model moved further (0 = off)
+    aggregation: Literal["mean", "median", "trimmed-mean"] = "mean"  # the global part's rule
+    trim_fraction: float = Field(0.2, ge=0.0, lt=0.5)  # aggregation='trimmed-mean': cut per side
+    resume: bool = False  # continue run-name from its newest valid checkpoint
+    checkpoint_every: int = Field(1, ge=0)  # checkpoint after every n-th round (and the last; 0 = off)
     client_threads: int = Field(0, ge=0)
     traffic_days: int = Field(0, ge=0)  # traffic: days of the series (0 = all; traffic-synthetic: 14)
     fedprox: FedProxSection = FedProxSection()
@@ -160,6 +236,9 @@ class RunConfig(_Settings):
     ifca: IFCASection = IFCASection()
     fedsem: FedSEMSection = FedSEMSection()
     sfl: SFLSection = SFLSection()
+    fedska: FedSKASection = FedSKASection()
+    fedu: FedUSection = FedUSection()
+    fedcg: FedCGSection = FedCGSection()
 
     @field_validator("method")
     @classmethod
@@ -189,6 +268,47 @@ class RunConfig(_Settings):
             raise ValueError("must list at least one angle")
         return value
 
+    @field_validator("domain_unseen_rotations", mode="before")
+    @classmethod
+    def _one_angle_is_a_list(cls, value: Any) -> Any:
+        """`domain-unseen-rotations=45` arrives as a number; it means the list '45'."""
+        return f"{value:g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+
+    @field_validator("domain_unseen_rotations")
+    @classmethod
+    def _unseen_rotation_list(cls, value: str) -> str:
+        if value.strip():
+            try:
+                [float(part) for part in value.split(",")]
+            except ValueError:
+                raise ValueError("must be empty or comma-separated angles in degrees, e.g. '45'") from None
+        return value
+
+    @model_validator(mode="after")
+    def _held_out_domains(self) -> RunConfig:
+        if self.domain_test_clients > 0 and self.partition != "domains":
+            raise ValueError(f"domain-test-clients = {self.domain_test_clients} holds out whole test "
+                             f"clients of partition 'domains' only (got partition '{self.partition}')")
+        if self.domain_unseen_rotations.strip() and self.domain_test_clients <= 0:
+            raise ValueError("domain-unseen-rotations needs held-out test clients: set "
+                             "domain-test-clients > 0 (e.g. 0.2)")
+        return self
+
+    @model_validator(mode="after")
+    def _fedcg_fits(self) -> RunConfig:
+        """FedCG needs an image model with conv layers; the 1-layer GCN a small enough layer."""
+        if self.method != "fedcg":
+            return self
+        from models.fedcg import fedcg_layer_sizes  # torch models: imported only when needed
+
+        convs = ("cnn", "leaf-cnn", "resnet9")
+        if self.model not in convs:
+            raise ValueError(f"method 'fedcg' needs a model with convolutional layers: one of "
+                             f"{', '.join(convs)} (got model '{self.model}')")
+        input_shape, num_classes = dataset_info(self.dataset, self.data_root)
+        fedcg_layer_sizes(self.model, input_shape, num_classes, self.fedcg.spec)  # raises if too big
+        return self
+
     @model_validator(mode="after")
     def _clients_per_round(self) -> RunConfig:
         if int(self.fraction_train * self.num_clients) < 1:
@@ -196,6 +316,57 @@ class RunConfig(_Settings):
                 f"fraction-train × num-clients = {self.fraction_train} × {self.num_clients} "
                 "selects no client; raise fraction-train or num-clients"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _settings_fit_together(self) -> RunConfig:
+        """Cross-field rules: values that are valid alone but not together. A per-client count that
+        must stay below num-clients (kNN k, cluster counts) is capped when left at its default and
+        an error when set explicitly."""
+        from datasets.sources import SOURCE_INFO
+
+        if self.resume and not self.run_name:
+            raise ValueError("resume=true needs run-name (and output-dir) of the run to continue; "
+                             "a run without run-name gets a new timestamped directory")
+        if self.partition == "domains" and len(self.rotations) < 2:
+            raise ValueError(f"partition 'domains' needs at least 2 domains, but domain-rotations="
+                             f"'{self.domain_rotations}' lists {len(self.rotations)}; list two or "
+                             "more angles, e.g. '0,90,180,270'")
+        if self.method == "fedcg" and self.fedcg.domains < 2:
+            raise ValueError(f"fedcg.domains = {self.fedcg.domains}: FedCG needs at least 2 "
+                             "domains; set fedcg.domains >= 2")
+        if self.partition == "label-clusters" and self.dataset in SOURCE_INFO:
+            classes = SOURCE_INFO[self.dataset][1]
+            if self.num_clusters * self.labels_per_cluster > classes:
+                raise ValueError(
+                    f"num-clusters × labels-per-cluster = {self.num_clusters} × "
+                    f"{self.labels_per_cluster} exceeds the {classes} classes of '{self.dataset}'; "
+                    "lower one of them")
+            if self.num_clusters > self.num_clients:
+                raise ValueError(f"num-clusters = {self.num_clusters} exceeds num-clients = "
+                                 f"{self.num_clients}; every cluster needs a client")
+        if self.aggregation != "mean":
+            from strategies.registry import ROBUST_METHODS
+
+            if self.method not in ROBUST_METHODS:
+                raise ValueError(
+                    f"aggregation='{self.aggregation}' applies to the global part of "
+                    f"{', '.join(ROBUST_METHODS)}; method '{self.method}' aggregates over a client "
+                    "graph or clusters: set aggregation='mean'")
+        below_clients = {
+            "sfl-star": ("sfl", "gl_k"), "fedska": ("fedska", "k"), "ifca": ("ifca", "clusters"),
+            "fedsem": ("fedsem", "clusters"), "flt": ("flt", "clusters"),
+        }
+        if self.method in below_clients:
+            section_name, field = below_clients[self.method]
+            section = getattr(self, section_name)
+            value = getattr(section, field)
+            default = type(section).model_fields[field].default
+            limit = self.num_clients if field == "clusters" else self.num_clients - 1
+            if value != default and value > limit:
+                key = f"{section_name}.{_kebab(field)}"
+                raise ValueError(f"{key} = {value} must be at most {limit} with num-clients = "
+                                 f"{self.num_clients}; lower {key} or raise num-clients")
         return self
 
     @model_validator(mode="after")
@@ -235,6 +406,11 @@ class RunConfig(_Settings):
         return tuple(float(part) for part in self.domain_rotations.split(","))
 
     @cached_property
+    def unseen_rotations(self) -> tuple[float, ...]:
+        text = self.domain_unseen_rotations.strip()
+        return tuple(float(part) for part in text.split(",")) if text else ()
+
+    @cached_property
     def data_spec(self) -> DataSpec:
         """What a client needs to load its partition: dataset, root and the partition parameters."""
         return DataSpec(
@@ -253,6 +429,8 @@ class RunConfig(_Settings):
                 power_law=self.power_law,
                 rotations=self.rotations,
                 max_samples_per_client=self.max_samples_per_client,
+                test_clients=self.domain_test_clients,
+                unseen_rotations=self.unseen_rotations,
             ),
         )
 

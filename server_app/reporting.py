@@ -39,13 +39,25 @@ def _lookup(record: dict[str, Any], dotted: str) -> Any:
 class RunRecorder:
     """Writes a run's results as it goes; nothing is held back until the end except the plot."""
 
-    def __init__(self, directory: Path, config: dict[str, Any]) -> None:
+    def __init__(self, directory: Path, config: dict[str, Any], fresh: bool = True) -> None:
+        """`fresh=False` (resume): touch no file until `restore` has the checkpoint's history."""
         self.directory = directory
-        directory.mkdir(parents=True, exist_ok=True)
-        (directory / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
+        self.config = config
         self.rounds_path = directory / "rounds.jsonl"
-        self.rounds_path.write_text("")
         self.rounds: list[dict[str, Any]] = []
+        if fresh:
+            self._start([])
+
+    def _start(self, rounds: list[dict[str, Any]]) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        (self.directory / "config.json").write_text(json.dumps(self.config, indent=2, sort_keys=True))
+        self.rounds = list(rounds)
+        self.rounds_path.write_text("".join(json.dumps(r) + "\n" for r in self.rounds))
+
+    def restore(self, rounds: list[dict[str, Any]]) -> None:
+        """Continue a resumed run: its history is that of the checkpoint (lines a crashed process
+        wrote after its last checkpoint are replaced)."""
+        self._start(rounds)
 
     def record_round(self, record: dict[str, Any]) -> None:
         self.rounds.append(record)
@@ -84,6 +96,18 @@ class RunRecorder:
         fig.tight_layout()
         fig.savefig(self.directory / "accuracy.png", dpi=120)
         plt.close(fig)
+
+
+def graph_display_order(reference: np.ndarray | None) -> np.ndarray | None:
+    """Clients in reverse Cuthill–McKee order of a reference graph, so its groups show as blocks in
+    a heatmap (None without a reference)."""
+    if reference is None:
+        return None
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import reverse_cuthill_mckee
+
+    return np.asarray(reverse_cuthill_mckee(csr_matrix(np.asarray(reference) > 0),
+                                            symmetric_mode=True))
 
 
 def save_matrix(directory: Path, name: str, matrix: np.ndarray, *, order: np.ndarray | None = None,

@@ -15,18 +15,21 @@ import time
 from typing import Any
 
 import numpy as np
+import torch
 from flwr.app import ArrayRecord, Message
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from datasets.partition import Partition
 from datasets.sources import dataset_task
+from server_app.checkpoint import CheckpointStore
 from server_app.config import RunConfig
 from server_app.metrics import accuracy_summary, regression_summary
 from server_app.provenance import code_fingerprint
 from server_app.reporting import RunRecorder
 from strategies.clients import ClientGrid
 from strategies.messages import METRICS, EvaluateInstructions, EvaluateReply, TrainInstructions
+from strategies.validation import ReplyValidator
 
 log = logging.getLogger("flwr.bouquet")
 
@@ -35,6 +38,15 @@ log = logging.getLogger("flwr.bouquet")
 # regression (traffic errors, see `regression_record`).
 RESULT_KEYS = ("personalized", "global-accuracy", "finetuned",
                "regression", "global-regression", "finetuned-regression")
+
+
+# Settings that may differ between a checkpointed run and its resumption.
+RESUMABLE_CHANGES = ("resume", "num-rounds", "round-timeout", "client-threads", "checkpoint-every",
+                     "eval-every", "max-update-norm")
+
+
+class ResumeError(RuntimeError):
+    """A checkpoint that cannot continue this run (different settings, beyond num-rounds)."""
 
 
 class ClientsUnavailableError(RuntimeError):
@@ -60,6 +72,16 @@ def regression_record(rows: list[EvaluateReply]) -> dict[str, Any]:
     return record
 
 
+def train_devices(replies: list[Message]) -> dict[str, dict[str, int]]:
+    """`trained-on`: how many clients trained on each device this round, from the `cuda` metric of
+    their replies (absent when no reply reports it)."""
+    flags = [int(r.content[METRICS]["cuda"]) for r in replies if "cuda" in r.content[METRICS]]
+    if not flags:
+        return {}
+    counts = {"cpu": flags.count(0), "cuda": flags.count(1)}
+    return {"trained-on": {device: n for device, n in counts.items() if n}}
+
+
 class FederationRunner:
     """Runs one federation. Optional strategy hooks, called when a strategy defines them:
     `round_report(server_round) -> dict` (merged into that round's rounds.jsonl line) and
@@ -68,12 +90,14 @@ class FederationRunner:
     """
 
     def __init__(self, grid: Grid, cfg: RunConfig, strategy: Strategy, recorder: RunRecorder,
-                 truth: Partition | None = None):
+                 truth: Partition | None = None, checkpoints: CheckpointStore | None = None):
         self.cfg = cfg
+        self.checkpoints = checkpoints
         self.truth = truth
         self.strategy = strategy
         self.recorder = recorder
-        self.clients = ClientGrid(grid, cfg.num_clients, code_fingerprint())
+        self.clients = ClientGrid(grid, cfg.num_clients, code_fingerprint(),
+                                  ReplyValidator(cfg.max_update_norm))
         self.latest: dict[int, dict[str, Any]] = {}  # client id -> last evaluation metrics
         self.bytes_total: dict[int, list[int]] = {c: [0, 0] for c in range(cfg.num_clients)}
 
@@ -100,24 +124,21 @@ class FederationRunner:
                 )
             time.sleep(1.0)
 
+    def await_reachable(self, timeout: float) -> bool:
+        """Whether some client is reachable, re-identifying nodes for up to `timeout` s when none is
+        (Flower's samplers would otherwise wait forever for a node)."""
+        deadline = time.monotonic() + timeout
+        while not self.clients.get_node_ids():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(1.0)
+            self.clients.refresh(timeout=timeout)
+        return True
+
     # --- messages ---------------------------------------------------------------------------
     def exchange(self, messages: list[Message], phase: str) -> list[Message]:
-        """Send, log failures and missing replies by client id, return good replies by client id."""
-        wanted = {m.metadata.dst_node_id for m in messages}
-        replies = self.clients.send_and_receive(messages, timeout=self.cfg.round_timeout)
-        good = []
-        for reply in replies:
-            client = self.clients.client_id(reply)
-            if reply.has_error():
-                log.warning("%s: client %d failed and is skipped: %s", phase, client,
-                            reply.error.reason)
-            else:
-                good.append((client, reply))
-        answered = {self.clients.client_id(r) for r in replies}
-        for client in sorted(wanted - answered):
-            log.warning("%s: no reply from client %d within %.0f s; skipped", phase, client,
-                        self.cfg.round_timeout)
-        return [reply for _, reply in sorted(good, key=lambda pair: pair[0])]
+        """Send; failures and missing replies are logged by client id; good replies by client id."""
+        return [reply for _, reply in self.clients.exchange(messages, self.cfg.round_timeout, phase)]
 
     def train_config(self, server_round: int) -> TrainInstructions:
         cfg = self.cfg
@@ -161,16 +182,29 @@ class FederationRunner:
                 np.array([r.finetuned_accuracy for r in rows]), examples)
         return result
 
-    def run(self, arrays: ArrayRecord) -> dict[str, Any]:
-        """Round 0 (initial model) evaluation, then `num-rounds` rounds; returns the summary."""
+    def run(self, arrays: ArrayRecord, resume: bool = False) -> dict[str, Any]:
+        """Round 0 (initial model) evaluation, then `num-rounds` rounds; returns the summary. With
+        `resume`, continue after the round of the newest valid checkpoint instead."""
         cfg = self.cfg
-        random.seed(cfg.seed)  # Flower's node sampling draws from `random`
         started = time.perf_counter()
-        record = {"round": 0, **self.evaluate(0, arrays)}
-        self._close_round(record, 0.0)
-        for server_round in range(1, cfg.num_rounds + 1):
+        if resume:
+            arrays, last_round, self.earlier_seconds = self.restore()
+        else:
+            random.seed(cfg.seed)  # Flower's node sampling draws from `random`
+            record = {"round": 0, **self.evaluate(0, arrays)}
+            self._close_round(record, 0.0)
+            last_round, self.earlier_seconds = 0, 0.0
+            self.checkpoint(0, arrays, 0.0)
+        for server_round in range(last_round + 1, cfg.num_rounds + 1):
             round_start = time.perf_counter()
             self.clients.refresh(timeout=cfg.round_timeout)
+            if not self.await_reachable(cfg.round_timeout):
+                log.warning("round %d: no client reachable within %.0f s; round skipped",
+                            server_round, cfg.round_timeout)
+                self._close_round({"round": server_round, "clients-trained": 0, "failed-clients": [],
+                                   "unreachable-clients": list(range(cfg.num_clients)),
+                                   "train-loss": None}, time.perf_counter() - round_start)
+                continue
             messages = list(self.strategy.configure_train(
                 server_round, arrays, self.train_config(server_round).config(), self.clients))
             replies = self.exchange(messages, "train")
@@ -183,18 +217,66 @@ class FederationRunner:
                 "round": server_round,
                 "clients-trained": len(trained),
                 "failed-clients": failed,
+                "unreachable-clients": self.clients.missing_clients(),  # no SuperNode this round
                 "train-loss": float(train_metrics["train-loss"]) if train_metrics else None,
+                **train_devices(replies),
             }
             if server_round % cfg.eval_every == 0 or server_round == cfg.num_rounds:
                 record.update(self.evaluate(server_round, arrays))
             if hasattr(self.strategy, "round_report"):
                 record.update(self.strategy.round_report(server_round))
             self._close_round(record, time.perf_counter() - round_start)
+            self.checkpoint(server_round, arrays, time.perf_counter() - started)
         self.final_arrays = arrays
-        summary = self.summary(time.perf_counter() - started)
+        summary = self.summary(self.earlier_seconds + time.perf_counter() - started)
         if hasattr(self.strategy, "report"):
             summary.update(self.strategy.report(self.recorder.directory, self.truth))
         return summary
+
+    # --- checkpoints ------------------------------------------------------------------------
+    def checkpoint(self, server_round: int, arrays: ArrayRecord, seconds: float) -> None:
+        """Everything needed to continue after `server_round` (see `server_app.checkpoint`)."""
+        every = self.cfg.checkpoint_every
+        if self.checkpoints is None or not every or (
+                server_round % every and server_round != self.cfg.num_rounds):
+            return
+        self.checkpoints.save(server_round, {
+            "round": server_round,
+            "config": self.cfg.flat(),
+            "arrays": arrays,
+            "strategy": self.strategy,
+            "random": random.getstate(),
+            "numpy": np.random.get_state(),
+            "torch": torch.get_rng_state(),
+            "rounds": self.recorder.rounds,
+            "latest": self.latest,
+            "bytes-total": self.bytes_total,
+            "seconds": self.earlier_seconds + seconds,
+        })
+
+    def restore(self) -> tuple[ArrayRecord, int, float]:
+        """Load the newest valid checkpoint into this runner: (global arrays, its round, seconds)."""
+        state = self.checkpoints.load_latest(self.clients)
+        mismatch = {key: (value, state["config"].get(key))
+                    for key, value in self.cfg.flat().items()
+                    if key not in RESUMABLE_CHANGES and state["config"].get(key) != value}
+        if mismatch:
+            key, (now, then) = next(iter(mismatch.items()))
+            raise ResumeError(
+                f"cannot resume: the checkpoint was written with {key}={then!r} but this run has "
+                f"{key}={now!r}; use the original settings (only {', '.join(RESUMABLE_CHANGES)} "
+                "may change)")
+        if state["round"] > self.cfg.num_rounds:
+            raise ResumeError(f"cannot resume: the checkpoint is of round {state['round']}, beyond "
+                              f"num-rounds={self.cfg.num_rounds}")
+        self.strategy = state["strategy"]
+        random.setstate(state["random"])
+        np.random.set_state(state["numpy"])
+        torch.set_rng_state(state["torch"])
+        self.latest = state["latest"]
+        self.bytes_total = state["bytes-total"]
+        self.recorder.restore(state["rounds"])
+        return state["arrays"], state["round"], state["seconds"]
 
     def _close_round(self, record: dict[str, Any], seconds: float) -> None:
         down, up = self.clients.take_traffic()

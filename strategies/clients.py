@@ -16,10 +16,11 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from flwr.app import ArrayRecord, Message, RecordDict
+from flwr.app import ArrayRecord, Error, Message, RecordDict
 from flwr.serverapp import Grid
 
 from strategies.messages import IDENTIFY, IdentifyReply, IdentifyRequest, with_client
+from strategies.validation import INVALID_REPLY, ReplyValidator
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +47,13 @@ def array_bytes(content: RecordDict) -> int:
 
 
 class ClientGrid:
-    """A Grid view addressed by stable client ids; counts the bytes of each client's messages."""
+    """A Grid view addressed by stable client ids; counts the bytes of each client's messages and
+    validates every reply (`strategies.validation`): an invalid one is handed on as an error reply."""
 
-    def __init__(self, grid: Grid, num_clients: int, code_fingerprint: str) -> None:
+    def __init__(self, grid: Grid, num_clients: int, code_fingerprint: str,
+                 validator: ReplyValidator | None = None) -> None:
         self.grid = grid
+        self.validator = validator or ReplyValidator()
         self.num_clients = num_clients
         self.code_fingerprint = code_fingerprint
         self.slots: dict[int, NodeSlot] = {}
@@ -90,8 +94,13 @@ class ClientGrid:
                         "SuperLink (by its PID) and run `flwr run` again."
                     )
                 self.slots[node] = NodeSlot(node, info.partition_id, info.num_partitions, info.device)
+                hosted = range(info.partition_id, self.num_clients, info.num_partitions)
+                for client, train, test in zip(hosted, info.train_sizes, info.test_sizes):
+                    self.validator.declare(client, train, test)
         self._host = {}
-        for slot in sorted(self.slots.values(), key=lambda s: s.node_id):
+        # In identification order: a SuperNode restarted under a new node id (before the SuperLink
+        # noticed the old one is gone) hosts its clients from now on.
+        for slot in self.slots.values():
             for client in range(slot.partition_id, self.num_clients, slot.num_partitions):
                 self._host[client] = slot.node_id
 
@@ -125,13 +134,43 @@ class ClientGrid:
         if not routed:
             return []
         replies = list(self.grid.send_and_receive([m for _, m in routed], timeout=timeout))
+        requests = {}
         for client, out in routed:
             self._client_of_message[out.metadata.message_id] = client
+            requests[out.metadata.message_id] = out
+        checked = []
         for reply in replies:
             client = self.client_id(reply)
             if not reply.has_error():
-                self.bytes_up[client] += array_bytes(reply.content)
-        return replies
+                request = requests[reply.metadata.reply_to_message_id]
+                problem = self.validator.problem(client, request, reply)
+                if problem:
+                    reply = Message(Error(INVALID_REPLY, f"invalid reply dropped ({problem})"),
+                                    reply_to=request)
+                else:
+                    self.bytes_up[client] += array_bytes(reply.content)
+            checked.append(reply)
+        return checked
+
+    def exchange(self, messages: list[Message], timeout: float,
+                 phase: str) -> list[tuple[int, Message]]:
+        """Send; log each failed, invalid or missing reply with its client id; return (client, reply)
+        of the good replies, sorted by client id (so results do not depend on arrival order)."""
+        if not messages:
+            return []
+        wanted = {m.metadata.dst_node_id for m in messages}
+        replies = self.send_and_receive(messages, timeout=timeout)
+        good: list[tuple[int, Message]] = []
+        for reply in replies:
+            client = self.client_id(reply)
+            if reply.has_error():
+                log.warning("%s: client %d failed and is skipped: %s", phase, client,
+                            reply.error.reason)
+            else:
+                good.append((client, reply))
+        for client in sorted(wanted - {self.client_id(r) for r in replies}):
+            log.warning("%s: no reply from client %d within %.0f s; skipped", phase, client, timeout)
+        return sorted(good, key=lambda pair: pair[0])
 
     def client_id(self, reply: Message) -> int:
         """The client a reply came from (also for errors the SuperLink raises on a node's behalf)."""

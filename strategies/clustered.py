@@ -3,6 +3,8 @@ matrix), one cluster index per client, per-cluster weighted means, and the clust
 
 from __future__ import annotations
 
+import functools
+
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,16 +24,17 @@ ModelInit = Callable[[int], ArrayRecord]
 UNASSIGNED = -1
 
 
-def seeded_models(model: str, dataset: str, seed: int) -> ModelInit:
-    """Cluster j's initial model: `model` for `dataset` built under torch seed `seed + j`."""
+def _seeded_model(model: str, dataset: str, seed: int, index: int) -> ArrayRecord:
     input_shape, num_classes = SOURCE_INFO[dataset]
+    with torch.random.fork_rng(devices=[]):  # leave the caller's global RNG untouched
+        torch.manual_seed(seed + index)
+        return ArrayRecord(build_model(model, input_shape, num_classes).state_dict())
 
-    def build(index: int) -> ArrayRecord:
-        with torch.random.fork_rng(devices=[]):  # leave the caller's global RNG untouched
-            torch.manual_seed(seed + index)
-            return ArrayRecord(build_model(model, input_shape, num_classes).state_dict())
 
-    return build
+def seeded_models(model: str, dataset: str, seed: int) -> ModelInit:
+    """Cluster j's initial model: `model` for `dataset` built under torch seed `seed + j` (a
+    partial of a module-level function, so a strategy holding it can be checkpointed)."""
+    return functools.partial(_seeded_model, model, dataset, seed)
 
 
 def cluster_means(

@@ -11,7 +11,7 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
 from strategies.messages import CONFIG, GLOBAL, METRICS, MODEL, PERSONAL, TRAIN_DITTO
-from strategies.personalized import PersonalizedStrategy, weighted_mean
+from strategies.personalized import PersonalizedStrategy
 
 
 class Ditto(PersonalizedStrategy):
@@ -41,7 +41,7 @@ class Ditto(PersonalizedStrategy):
         rows = torch.stack([row for row, _ in self._updates])
         weights = torch.tensor([n for _, n in self._updates])
         self._updates = []
-        return self.layout.arrays(weighted_mean(rows, weights))
+        return self.layout.arrays(self.global_mean(rows, weights))
 
     def evaluate_content(self, client: int, arrays: ArrayRecord, config: ConfigRecord) -> RecordDict:
         return RecordDict({GLOBAL: arrays, PERSONAL: self.personal_arrays(client), CONFIG: config})

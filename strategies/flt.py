@@ -310,7 +310,7 @@ class FLT(PersonalizedStrategy):
         content = RecordDict({AUTOENCODER: arrays, CONFIG: config})
         messages = [Message(content, dst_node_id=c, message_type=TRAIN_FLT_AE)
                     for c in grid.get_node_ids()]
-        replies = _exchange(grid, messages, self.round_timeout, TRAIN_FLT_AE)
+        replies = grid.exchange(messages, self.round_timeout, TRAIN_FLT_AE)
         if not replies:
             log.warning("FLT: no client answered autoencoder round %d; the autoencoder is unchanged",
                         ae_round)
@@ -333,7 +333,7 @@ class FLT(PersonalizedStrategy):
         content = RecordDict({ENCODER: self.encoder, CONFIG: config})
         messages = [Message(content, dst_node_id=c, message_type=QUERY_FLT_EMBED) for c in clients]
         found: dict[int, np.ndarray] = {}
-        for client, reply in _exchange(grid, messages, self.round_timeout, QUERY_FLT_EMBED):
+        for client, reply in grid.exchange(messages, self.round_timeout, QUERY_FLT_EMBED):
             mu = np.asarray(reply.content[CENTROIDS][CENTROIDS_MU].numpy(), dtype=np.float32)
             if mu.ndim != 2 or mu.shape[1] != s.latent_dim or not 1 <= len(mu) <= s.k \
                     or not np.isfinite(mu).all():
@@ -408,25 +408,6 @@ def _edges(adjacency: np.ndarray) -> int:
     return int((np.asarray(adjacency).sum() - np.trace(adjacency)) // 2)
 
 
-def _exchange(grid: ClientGrid, messages: list[Message], timeout: float,
-              phase: str) -> list[tuple[int, Message]]:
-    """Send, log failed and missing clients, return (client, reply) of good replies by client id."""
-    if not messages:
-        return []
-    wanted = {m.metadata.dst_node_id for m in messages}
-    replies = grid.send_and_receive(messages, timeout=timeout)
-    good: list[tuple[int, Message]] = []
-    for reply in replies:
-        client = grid.client_id(reply)
-        if reply.has_error():
-            log.warning("%s: client %d failed and is skipped: %s", phase, client, reply.error.reason)
-        else:
-            good.append((client, reply))
-    for client in sorted(wanted - {c for c, _ in good} - {grid.client_id(r) for r in replies}):
-        log.warning("%s: no reply from client %d within %.0f s; skipped", phase, client, timeout)
-    return sorted(good, key=lambda pair: pair[0])
-
-
 def _plot_embedding(path: Path, rel: Relatedness, labels: np.ndarray,
                     true_ids: np.ndarray | None) -> None:
     """The UMAP embedding of all centroids, coloured by discovered cluster; a client's centroids are
@@ -489,9 +470,6 @@ def build_flt(cfg: RunConfig) -> FLT:
     except ValueError as err:
         raise ConfigError(f"run config: key 'dataset' = {cfg.dataset!r} is invalid for method "
                           f"'flt': {err}") from None
-    if cfg.flt.clusters > cfg.num_clients:
-        raise ConfigError(f"run config: key 'flt.clusters' = {cfg.flt.clusters} is invalid: must be "
-                          f"0 (no clusters) or at most num-clients ({cfg.num_clients})")
     images = None
     if cfg.flt.pretrain_samples > 0:
         try:

@@ -487,16 +487,23 @@ class GCNPropagation:
     def describe(self) -> str:
         return f"{self.order}/{'sparse' if self.sparse else 'dense'}"
 
-    def apply(self, rows: torch.Tensor) -> torch.Tensor:
-        """U = α·Â^L·V + (1−α)·V for parameter rows V [N, P] (float32) → U [N, P]."""
+    def apply(self, rows: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """U = α·Â^L·V + (1−α)·V for parameter rows V [N, P] (float32) → U [N, P].
+
+        `out`: a matrix of V's shape and dtype (not V itself) to write U into. Reusing one across
+        rounds matters at scale: a fresh N×P result costs more in first-touch page faults than the
+        sparse products themselves (`benchmarks/results/aggregation-floor.md`)."""
         if rows.shape[0] != self.num_clients:
             raise ValueError(f"rows must have {self.num_clients} rows (one per client), got "
                              f"{rows.shape[0]}")
+        if out is None or out.shape != rows.shape or out.dtype != rows.dtype:
+            out = torch.empty_like(rows)
+        if out.data_ptr() == rows.data_ptr():
+            raise ValueError("out must not share memory with the rows")
         if self.hops == 0 or self.alpha == 0.0:
-            return rows.clone()
+            return out.copy_(rows)
         if self.order == "graph-first" and not self.sparse:
-            return self._step @ rows  # one GEMM; BLAS blocks it itself
-        out = torch.empty_like(rows)
+            return torch.mm(self._step, rows, out=out)  # one GEMM; BLAS blocks it itself
         if not self.sparse:
             self._columns(rows, out, 0, rows.shape[1])
             return out

@@ -19,6 +19,21 @@ AUTOENCODER = "autoencoder"  # FLT: the convolutional autoencoder (encoder + dec
 ENCODER = "encoder"  # FLT: the encoder G alone, sent down for Form Client Relatedness
 CENTROIDS = "centroids"  # FLT: a client's k-means centroids of its codes, sent up
 CENTROIDS_MU = "mu"  # the one array of CENTROIDS: float32 [k, e]
+GRAPH_TARGET = "graph_target"  # FedSKA: a client's structure-based features h^g, sent down in train
+DESCRIPTOR = "descriptor"  # FedSKA: a client's mean feature h^c, sent up after training
+SLOT_FEATURES = "slot_features"  # FedSKA: per-slot features of the global f^e, sent up
+SLOT_ENCODING = "slot_encoding"  # FedSKA: GNN_E's encodings of a client's slots, sent down
+GRAD = "grad"  # FedSKA: gradient of the client head's loss w.r.t. SLOT_ENCODING, sent up
+HEAD = "head"  # FedSKA: the global model's head f^s (`head.*` without the prefix), sent down
+H_G = "h_g"  # the one array of GRAPH_TARGET and SLOT_ENCODING: float32 [L, d]
+H_C = "h_c"  # the one array of DESCRIPTOR: float32 [d]
+SLOT_P = "p"  # the one array of SLOT_FEATURES: float32 [L, d]
+GRAD_G = "g"  # the one array of GRAD: float32 [L, d]
+STUDENT = "student"  # FedCG: the student domain classifier ϕ, down and up
+TEACHER = "teacher"  # FedCG: the frozen teacher domain classifier φ, sent down
+GRAPH = "graph"  # FedCG: the domain graph, sent down with the model
+ADJACENCY = "adjacency"  # the one array of GRAPH: float32 [D, D], rows sum to 1
+FEDCG_METRICS = "fedcg-metrics"  # FedCG: an evaluation reply's domain counts (MetricRecord)
 # ConfigRecord / MetricRecord names.
 CONFIG = "config"
 CLIENT = "client"  # which logical client a message is for (added by ClientGrid)
@@ -35,6 +50,11 @@ QUERY_FLT_EMBED = "query.flt_embed"  # FLT phase 2: encode local data, reply k-m
 TRAIN_IFCA = "train.ifca"
 EVALUATE_IFCA = "evaluate.ifca"
 TRAIN_SFL = "train.sfl"  # SFL / SFL*: train from `global` with pulls toward `global` and `personal`
+TRAIN_FEDSKA = "train.fedska"  # FedSKA: train from `global` with the cosine pull toward `graph_target`
+QUERY_SKA_EMBED = "query.ska_embed"  # FedSKA: per-slot features of `global`'s feature extractor
+QUERY_SKA_GRAD = "query.ska_grad"  # FedSKA: head loss gradient w.r.t. the received slot encodings
+TRAIN_FEDCG = "train.fedcg"  # FedCG: pseudo-domains by the teacher, train model and student
+EVALUATE_FEDCG = "evaluate.fedcg"  # FedCG: test with the student's (soft) domain weights
 
 Contract = TypeVar("Contract", bound="_Record")
 
@@ -85,6 +105,10 @@ class IdentifyReply(_Record):
     num_partitions: int = Field(ge=1)
     code_fingerprint: str
     device: str
+    # train / test sample counts of the hosted clients, in client-id order (partition-id, + n, ...);
+    # replies claiming more examples than declared are dropped (strategies.validation)
+    train_sizes: list[int] = Field(default_factory=list)
+    test_sizes: list[int] = Field(default_factory=list)
 
 
 class TrainInstructions(_Record):
@@ -102,6 +126,11 @@ class TrainInstructions(_Record):
     lambda_personal: float | None = Field(None, ge=0.0)  # SFL λ1: pull ||θ − u_i||_2
     lambda_global: float | None = Field(None, ge=0.0)  # SFL λ2: pull ||θ − w||_2
     reg_grad: bool | None = None  # SFL: pulls carry gradients (false = reference code)
+    lambda_s: float | None = Field(None, ge=0.0)  # FedSKA λ_S: weight of the cosine pull L_S
+    num_slots: int | None = Field(None, ge=1)  # FedSKA L: aligned slots of `graph_target`
+    domain_lr: float | None = Field(None, gt=0.0)  # FedCG: SGD learning rate of the student
+    num_domains: int | None = Field(None, ge=1)  # FedCG D
+    client_domain: int | None = Field(None, ge=0)  # FedCG, clustering=kmeans: the client's cluster
 
 
 class TrainReply(_Record):
@@ -110,6 +139,8 @@ class TrainReply(_Record):
     num_examples: int = Field(ge=0)
     train_loss: float
     cluster: int | None = Field(None, ge=0)  # IFCA: index of the cluster model the client trained
+    structure_loss: float | None = None  # FedSKA: mean L_S (1 − cos to h^g) of the local training
+    cuda: int | None = Field(None, ge=0, le=1)  # the device it trained on: 1 a CUDA GPU, 0 the CPU
 
 
 class EvaluateInstructions(_Record):
@@ -121,6 +152,7 @@ class EvaluateInstructions(_Record):
     finetune_epochs: int = Field(0, ge=0)
     lr: float = Field(gt=0.0)
     momentum: float = Field(ge=0.0, lt=1.0)
+    soft: bool | None = None  # FedCG: soft (student probabilities) or hard (argmax) test domains
 
 
 class EvaluateReply(_Record):
@@ -191,6 +223,47 @@ class EmbedReply(_Record):
     """The only metric of a `query.flt_embed` reply (beside the `centroids` record)."""
 
     num_examples: int = Field(ge=0)
+
+
+class SlotInstructions(_Record):
+    """`query.ska_embed` / `query.ska_grad` (FedSKA): the number L of aligned slots; slot l is the
+    client's train sample π(l mod N) under its seeded permutation π (from `seed`)."""
+
+    num_slots: int = Field(ge=1)
+    seed: int = Field(ge=0)
+
+
+class SlotReply(_Record):
+    """Metrics of a FedSKA slot reply; `loss` (query.ska_grad) = (1/L) Σ_l loss(f^s(h^g[l]), y)."""
+
+    num_examples: int = Field(ge=0)
+    loss: float | None = None
+
+
+class FedCGTrainReply(_Record):
+    """Metrics of a `train.fedcg` reply: the main model's and the student's mean losses, the share of
+    local samples where the received student agrees with the teacher, and per-domain sample counts
+    of the pseudo-domains used for training (`domain-counts`) and of the received student's argmax."""
+
+    num_examples: int = Field(ge=0)
+    train_loss: float
+    student_loss: float
+    student_agreement: float = Field(ge=0.0, le=1.0)
+    domain_counts: list[int]
+    student_counts: list[int]
+    cuda: int | None = Field(None, ge=0, le=1)  # the device it trained on: 1 a CUDA GPU, 0 the CPU
+
+
+class FedCGEvaluateCounts(_Record):
+    """`fedcg-metrics` of an `evaluate.fedcg` reply: per-domain counts of the test samples' student
+    and teacher argmax (for the domain histogram and NMI against true domains), and the correct
+    predictions under soft and under hard (argmax) domain weights (the reply's `correct` is the
+    configured one's)."""
+
+    student_counts: list[int]
+    teacher_counts: list[int]
+    soft_correct: float = Field(ge=0)
+    hard_correct: float = Field(ge=0)
 
 
 def cluster_model(index: int) -> str:

@@ -24,7 +24,7 @@ from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 from strategies.clients import ClientGrid
 from strategies.messages import CONFIG, PERSONAL, TRAIN_LOCAL
 from strategies.params import ParameterLayout
-from strategies.personalized import PersonalizedStrategy, weighted_mean
+from strategies.personalized import PersonalizedStrategy
 
 PARTS: tuple[str, ...] = ("features", "head")
 
@@ -85,7 +85,7 @@ class PartialSharing(PersonalizedStrategy):
         self._trained = []
         if float(weights.sum()) <= 0:
             weights = torch.ones_like(weights)
-        mean = weighted_mean(self.personal.index_select(0, clients), weights)
+        mean = self.global_mean(self.personal.index_select(0, clients), weights)
         self.shared = torch.where(self.mask, mean, self.shared)
         return None  # no global model: each client uses its own combination
 

@@ -12,9 +12,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
+import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp.strategy import Strategy
+from flwr.serverapp.strategy.fedtrimmedavg import trim_mean
 from flwr.serverapp.strategy.strategy_utils import sample_nodes
 
 from strategies.clients import ClientGrid
@@ -30,6 +32,25 @@ def weighted_mean(rows: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     return (w / w.sum()) @ rows
 
 
+AGGREGATIONS = ("mean", "median", "trimmed-mean")
+
+
+def robust_mean(rows: torch.Tensor, weights: torch.Tensor, rule: str = "mean",
+                trim_fraction: float = 0.2) -> torch.Tensor:
+    """The global part's aggregate of [n, P] client rows: `mean` = `weighted_mean`; `median` =
+    coordinate-wise median (FedMedian, Yin et al. 2018); `trimmed-mean` = coordinate-wise mean after
+    cutting the `trim_fraction` smallest and largest values (Flower's `trim_mean`, FedTrimmedAvg). The
+    robust rules are unweighted, as Flower's."""
+    if rule == "mean":
+        return weighted_mean(rows, weights)
+    values = rows.numpy()
+    if rule == "median":
+        return torch.from_numpy(np.median(values, axis=0).astype(values.dtype))
+    if rule == "trimmed-mean":
+        return torch.from_numpy(np.asarray(trim_mean(values, trim_fraction), dtype=values.dtype))
+    raise ValueError(f"unknown aggregation {rule!r}; allowed: {', '.join(AGGREGATIONS)}")
+
+
 class PersonalizedStrategy(Strategy):
     """Per-client parameter matrix + per-client messages over a `ClientGrid`."""
 
@@ -42,6 +63,12 @@ class PersonalizedStrategy(Strategy):
         self.personal: torch.Tensor | None = None  # V [num_clients, P]
         self.num_examples = torch.zeros(num_clients)
         self.clients: ClientGrid | None = None
+        self.aggregation = "mean"  # rule of the global part (`robust_mean`); set by the registry
+        self.trim_fraction = 0.2
+
+    def global_mean(self, rows: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """The global part's aggregate of this round's client rows under `self.aggregation`."""
+        return robust_mean(rows, weights, self.aggregation, self.trim_fraction)
 
     # --- hooks ------------------------------------------------------------------------------
     def train_content(self, client: int, arrays: ArrayRecord, config: ConfigRecord) -> RecordDict:

@@ -13,7 +13,10 @@ from flwr.serverapp.strategy import Strategy
 
 from strategies.ditto import Ditto
 from strategies.fedavg import build_fedavg, build_fedprox
+from strategies.fedcg import build_fedcg
 from strategies.fedsem import FedSEM
+from strategies.fedska import build_fedska
+from strategies.fedu import build_fedu
 from strategies.flt import build_flt
 from strategies.clustered import seeded_models
 from strategies.ifca import IFCA
@@ -27,8 +30,9 @@ if TYPE_CHECKING:
 StrategyBuilder = Callable[["RunConfig"], Strategy]
 
 BUILDERS: dict[str, StrategyBuilder] = {
-    "fedavg": lambda cfg: build_fedavg(cfg.fraction_train),
-    "fedprox": lambda cfg: build_fedprox(cfg.fraction_train, cfg.fedprox.mu),
+    "fedavg": lambda cfg: build_fedavg(cfg.fraction_train, cfg.aggregation, cfg.trim_fraction),
+    "fedprox": lambda cfg: build_fedprox(cfg.fraction_train, cfg.fedprox.mu, cfg.aggregation,
+                                         cfg.trim_fraction),
     "local": lambda cfg: Local(cfg.num_clients, cfg.fraction_train),
     "ditto": lambda cfg: Ditto(
         cfg.num_clients, cfg.fraction_train, cfg.ditto.lambda_, cfg.ditto.personal_epochs
@@ -45,9 +49,21 @@ BUILDERS: dict[str, StrategyBuilder] = {
     "lg-fedavg": lambda cfg: LGFedAvg(cfg.num_clients, cfg.fraction_train),
     "sfl": lambda cfg: build_sfl(cfg, learn=False),
     "sfl-star": lambda cfg: build_sfl(cfg, learn=True),  # SFL*
+    "fedcg": build_fedcg,
+    "fedska": build_fedska,
+    "fedu": build_fedu,
 }
 METHOD_NAMES: tuple[str, ...] = tuple(BUILDERS)
 
 
+# Methods whose global part can be aggregated robustly (`aggregation`); the others aggregate over a
+# graph or clusters, where a coordinate-wise median of all clients has no meaning.
+ROBUST_METHODS: tuple[str, ...] = ("fedavg", "fedprox", "ditto", "fedper", "lg-fedavg")
+
+
 def build_strategy(cfg: RunConfig) -> Strategy:
-    return BUILDERS[cfg.method](cfg)
+    strategy = BUILDERS[cfg.method](cfg)
+    if cfg.method in ROBUST_METHODS and hasattr(strategy, "global_mean"):
+        strategy.aggregation = cfg.aggregation
+        strategy.trim_fraction = cfg.trim_fraction
+    return strategy

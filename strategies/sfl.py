@@ -119,7 +119,7 @@ class SFL(PersonalizedStrategy):
             report["sfl-learner-loss"] = self.learner.losses[-1]
             if share is not None:
                 report["sfl-learned-share-label-sharing"] = share
-        self.aggregated = self.propagation.apply(self.personal)
+        self.aggregated = self.propagation.apply(self.personal, out=self.aggregated)
         global_row = self.aggregated.mean(dim=0)  # read-out: unweighted mean (§6.6)
         seconds = time.perf_counter() - started
         self.seconds.append(seconds)
@@ -138,12 +138,12 @@ class SFL(PersonalizedStrategy):
     def report(self, directory: Path, truth: Partition | None) -> dict[str, Any]:
         """graph.npy/.png = Â of the last round; SFL*: learned-graph (A_learn of the last round),
         learned-graphs.npy (Â of every round, N ≤ 256) and prior-graph when a prior was used."""
-        from server_app.reporting import save_matrix
+        from server_app.reporting import graph_display_order, save_matrix
 
         reference = self.reference
         if reference is None and truth is not None:
             reference = truth.label_graph
-        order = _display_order(reference)
+        order = graph_display_order(reference)
         name = "SFL*" if self.learner is not None else "SFL"
         out: dict[str, Any] = {
             "graph-source": self.graph_source if self.prior is not None else "none",
@@ -175,17 +175,6 @@ class SFL(PersonalizedStrategy):
                 out["learned-share-label-sharing-final"] = share_on_edges(
                     self.learned.numpy(), reference)
         return {"sfl": out}
-
-
-def _display_order(reference: np.ndarray | None) -> np.ndarray | None:
-    """Clients in reverse Cuthill–McKee order of the reference graph, so groups show as blocks."""
-    if reference is None:
-        return None
-    from scipy.sparse import csr_matrix
-    from scipy.sparse.csgraph import reverse_cuthill_mckee
-
-    return np.asarray(reverse_cuthill_mckee(csr_matrix(np.asarray(reference) > 0),
-                                            symmetric_mode=True))
 
 
 # --- building from the run config -----------------------------------------------------------------

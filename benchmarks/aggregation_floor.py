@@ -1,0 +1,110 @@
+"""The least any per-client aggregation can cost, against the plain mean: a memory-traffic floor.
+
+    python -m benchmarks.aggregation_floor --shapes 1000x1000000,2400x159010 --name aggregation-floor
+
+FedAvg's server step reads V [N, P] once and writes one row. A method that gives every client its own
+model (SFL's U = Â^L·V, FLT's neighbourhood averages over a threshold graph) must at least read V and
+write U [N, P]: this script times, in one process on the same V, (1) `V.mean(0)`, (2) `U.copy_(V)`
+into a preallocated U (one read + one write of N·P floats: the floor of any per-client aggregation),
+(3) `V.clone()` (the same, allocating U), (4) `torch.add(V, V)` (two reads + one write, allocating),
+and (5) one kNN hop Â·V with k = 10 (torch.sparse CSR, as SFL's rows-first/sparse plan). Ratios are
+to (1). Writes `benchmarks/results/<name>.{md,json}`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+
+import torch
+
+from benchmarks.compare import RESULTS_DIR, code_version, machine_facts, set_threads
+from benchmarks.sfl_scale import graphs
+from strategies.graph import GCNPropagation
+
+
+def timed(fn: Callable[[], object], reps: int) -> float:
+    fn()  # warm-up: page faults of the output, kernel selection
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def measure(n: int, p: int, reps: int) -> dict[str, float]:
+    generator = torch.Generator().manual_seed(0)
+    v = torch.randn(n, p, generator=generator)
+    hop = GCNPropagation(graphs(n, 10, seed=0)["knn-10"], hops=1, alpha=1.0,
+                         order="rows-first", sparse=True)
+    u = torch.empty_like(v)
+    out = {
+        "mean": timed(lambda: v.mean(0), reps),
+        "copy": timed(lambda: u.copy_(v), reps),
+        "clone": timed(lambda: v.clone(), reps),
+        "add": timed(lambda: torch.add(v, v), reps),
+        "knn-hop": timed(lambda: hop.apply(v), reps),
+    }
+    del v, u
+    return out
+
+
+def markdown(meta: dict, rows: list[dict]) -> str:
+    lines = [
+        f"# {meta['name']}: the memory-traffic floor of per-client aggregation", "",
+        "Produced by", "", "```", meta["command"], "```", "",
+        f"- date: {meta['date']}; code: commit {meta['code'].get('commit', '?')}"
+        f"{' (with local changes)' if meta['code'].get('local-changes') else ''}",
+        f"- machine: {meta['machine']['cpu']}, {meta['machine']['cores']} cores (torch threads "
+        f"{meta['machine']['torch-threads']}), torch {meta['machine']['torch']}",
+        f"- float32 V [N, P], medians of {meta['reps']} repetitions after a warm-up, one process.", "",
+        "| N | P | `V.mean(0)` s | `U.copy_(V)` ×mean | `V.clone()` ×mean | `V + V` ×mean | one kNN-10 hop ×mean |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        m = r["mean"]
+        lines.append(f"| {r['n']} | {r['p']} | {m:.3f} | {r['copy'] / m:.2f} | {r['clone'] / m:.2f} | "
+                     f"{r['add'] / m:.2f} | {r['knn-hop'] / m:.2f} |")
+    lines += ["", "`U.copy_(V)` reads V and writes a matrix of the same size into memory that is "
+              "already mapped: the least work of any aggregation that produces one model per client "
+              "each round. `V.clone()` and `V + V` also allocate their output (first-touch page "
+              "faults), as an operation that returns a new matrix does. A kNN hop additionally "
+              "combines 11 rows (10 neighbours + self) per output row.", ""]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shapes", default="1000x1000000,2400x159010",
+                        help="comma-separated NxP shapes of V")
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--name", default="aggregation-floor")
+    args = parser.parse_args(argv)
+    set_threads(args.threads)
+    rows = []
+    for shape in args.shapes.split(","):
+        n, p = (int(float(x)) for x in shape.lower().split("x"))
+        rows.append({"n": n, "p": p, **measure(n, p, args.reps)})
+        print(json.dumps(rows[-1]), flush=True)
+    meta = {
+        "name": args.name, "reps": args.reps,
+        "command": "python -m benchmarks.aggregation_floor " + shlex.join(sys.argv[1:]),
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": machine_facts(), "code": code_version(),
+    }
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    (RESULTS_DIR / f"{args.name}.json").write_text(json.dumps({**meta, "rows": rows}, indent=2))
+    (RESULTS_DIR / f"{args.name}.md").write_text(markdown(meta, rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

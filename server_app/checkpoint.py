@@ -1,0 +1,159 @@
+"""Per-round checkpoints of a federation: atomic, checksummed, and the previous one kept.
+
+After every round the runner hands `CheckpointStore.save` everything needed to continue: the round
+number, the global model, the whole strategy object (per-client matrix, graphs, graph learners and
+their optimiser state, cluster models, FLT's relatedness and UMAP reducer, ...), the RNG states of
+`random` (Flower's client sampling), numpy and torch, and the metric history. The strategy is pickled
+as it is, so every method's state is covered without per-method code; references to the live
+`ClientGrid` (and the Flower Grid under it) are stored as placeholders and re-bound to the new ones on
+load.
+
+File format: `round-<r>.ckpt` = MAGIC line, sha256 hex of the payload, newline, pickled payload. A file
+is written to a temporary name, fsynced and renamed, so a crash leaves either the old set of files or
+the new one; a truncated or altered file fails its checksum and `load_latest` falls back to the one
+before it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import os
+import pickle
+import re
+from pathlib import Path
+from typing import Any
+
+from flwr.app import Array
+from flwr.serverapp import Grid
+
+from strategies.clients import ClientGrid
+
+log = logging.getLogger("flwr.bouquet")
+
+MAGIC = b"BOUQUET-CHECKPOINT-1\n"
+_NAME = re.compile(r"^round-(\d{5})\.ckpt$")
+_GRID, _FLOWER_GRID = "client-grid", "flower-grid"
+
+
+class CheckpointError(RuntimeError):
+    """No usable checkpoint where one was needed (or the directory cannot hold one)."""
+
+
+class CorruptCheckpointError(CheckpointError):
+    """A checkpoint file that is truncated, altered or not a checkpoint."""
+
+
+class _Pickler(pickle.Pickler):
+    def reducer_override(self, obj: Any) -> Any:
+        """Flower `Array`s received over gRPC hold memoryviews of the message buffer, which pickle
+        cannot store: save each one as its numpy array (restored as an equal `Array`)."""
+        if isinstance(obj, Array):
+            return Array, (obj.numpy(),)
+        return NotImplemented
+
+    def persistent_id(self, obj: Any) -> str | None:
+        if isinstance(obj, ClientGrid):
+            return _GRID
+        if isinstance(obj, Grid):
+            return _FLOWER_GRID
+        return None
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, file: io.BytesIO, grid: ClientGrid | None) -> None:
+        super().__init__(file)
+        self.grid = grid
+
+    def persistent_load(self, pid: str) -> Any:
+        if pid == _GRID:
+            return self.grid
+        if pid == _FLOWER_GRID:
+            return self.grid.grid if self.grid is not None else None
+        raise pickle.UnpicklingError(f"unknown persistent id {pid!r}")
+
+
+def checkpoint_path(directory: Path, server_round: int) -> Path:
+    return directory / f"round-{server_round:05d}.ckpt"
+
+
+class CheckpointStore:
+    """Checkpoints of one run in `directory` (`<run-dir>/checkpoints`); keeps the newest `keep`."""
+
+    def __init__(self, directory: Path, keep: int = 2) -> None:
+        self.directory = directory
+        self.keep = max(keep, 2)  # the previous one must survive a corrupt newest one
+
+    def rounds(self) -> list[int]:
+        """Rounds with a checkpoint file, newest first."""
+        if not self.directory.is_dir():
+            return []
+        found = [int(m.group(1)) for p in self.directory.iterdir() if (m := _NAME.match(p.name))]
+        return sorted(found, reverse=True)
+
+    def save(self, server_round: int, payload: dict[str, Any]) -> Path:
+        """Write round `server_round` atomically (temp file, fsync, rename); prune old ones."""
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise CheckpointError(f"cannot create the checkpoint directory {self.directory}: {err}; "
+                                  "set output-dir to a writable location") from None
+        buffer = io.BytesIO()
+        _Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(payload)
+        data = buffer.getvalue()
+        final = checkpoint_path(self.directory, server_round)
+        temporary = final.with_name(f".{final.name}.tmp")
+        with temporary.open("wb") as handle:
+            handle.write(MAGIC + hashlib.sha256(data).hexdigest().encode() + b"\n" + data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, final)
+        _fsync_directory(self.directory)
+        for old in self.rounds()[self.keep:]:
+            checkpoint_path(self.directory, old).unlink(missing_ok=True)
+        return final
+
+    def load(self, server_round: int, grid: ClientGrid | None = None) -> dict[str, Any]:
+        path = checkpoint_path(self.directory, server_round)
+        raw = path.read_bytes()
+        header_end = len(MAGIC) + 64
+        if not raw.startswith(MAGIC) or len(raw) < header_end + 1 or raw[header_end:header_end + 1] != b"\n":
+            raise CorruptCheckpointError(f"{path} is not a Bouquet checkpoint (bad header)")
+        data = raw[header_end + 1:]
+        if hashlib.sha256(data).hexdigest().encode() != raw[len(MAGIC):header_end]:
+            raise CorruptCheckpointError(f"{path} fails its sha256 checksum (truncated or altered)")
+        return _Unpickler(io.BytesIO(data), grid).load()
+
+    def load_latest(self, grid: ClientGrid | None = None) -> dict[str, Any]:
+        """The newest checkpoint that passes its checksum; corrupt ones are reported and skipped."""
+        rounds = self.rounds()
+        if not rounds:
+            raise CheckpointError(
+                f"resume=true but {self.directory} holds no checkpoint; run without resume, or set "
+                "run-name (and output-dir) to those of the run to continue")
+        for server_round in rounds:
+            try:
+                payload = self.load(server_round, grid)
+            except CorruptCheckpointError as err:
+                log.warning("checkpoint of round %d is unusable (%s); trying the one before",
+                            server_round, err)
+                continue
+            log.info("resuming from the checkpoint of round %d (%s)", server_round,
+                     checkpoint_path(self.directory, server_round))
+            return payload
+        raise CheckpointError(
+            f"every checkpoint in {self.directory} is corrupt (rounds {rounds}); the run cannot be "
+            "resumed: start it again without resume=true (and another run-name)")
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make the rename durable (POSIX); a no-op where directories cannot be opened."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
