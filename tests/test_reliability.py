@@ -331,3 +331,13 @@ def test_an_unwritable_output_dir_fails_before_any_client_is_contacted(tmp_path)
     with pytest.raises(ConfigError, match="cannot write results to .*set output-dir to a writable"):
         run(grid, RunConfig.from_flower(flat), connect_timeout=5.0)
     assert blocker.read_text() == "not a folder"
+
+
+def test_a_missing_data_root_stops_the_run_when_nodes_join_naming_the_files(tmp_path):
+    from server_app.runner import ClientsUnavailableError
+
+    config = _config(tmp_path, "fedavg", dataset="cifar10", model="cnn",
+                     **{"data-root": str(tmp_path / "no-such-folder")})
+    with pytest.raises(ClientsUnavailableError, match="failed to identify itself.*cifar-10"):
+        simulate(config)
+    assert not (tmp_path / "run" / "rounds.jsonl").read_text()  # no round was run
