@@ -264,6 +264,8 @@ def test_valid_replies_pass_and_the_norm_bound_can_be_disabled(tmp_path):
     ({"method": "fedsem", "num-clients": 3, "fedsem.clusters": 4},
      "fedsem.clusters = 4 must be at most 3"),
     ({"method": "flt", "num-clients": 3, "flt.clusters": 4}, "flt.clusters = 4 must be at most 3"),
+    ({"dataset": "metr-la", "partition": "iid", "model": "gru"},
+     "dataset 'metr-la' is traffic (one client per sensor): set partition='sensors'"),
     ({"max-update-norm": -1.0}, "key 'max-update-norm' = -1.0 is invalid"),
     ({"checkpoint-every": -1}, "key 'checkpoint-every' = -1 is invalid"),
     ({"method": "sfl", "aggregation": "median"}, "aggregation='median' applies to the global part of"),
