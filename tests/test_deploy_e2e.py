@@ -179,7 +179,7 @@ def test_a_restarted_supernode_is_the_same_client_and_its_state_continues(federa
     new_key = tmp_path / "new" / "supernode-1"
     new_id = federation.register(new_key.with_suffix(".pub"), "site-1-replacement")
     assert new_id != federation.node_ids[1]
-    config = job("local", tmp_path, **{"num-rounds": 3, "eval-every": 3})
+    config = job("local", tmp_path, **{"num-rounds": 4, "eval-every": 4})
     log = federation.procs["supernode-1"].log
     sent = r"Sending: train\S* message[^\n]*\n[^\n]*Sent successfully"
     seen = len(re.findall(sent, log.read_text()))
@@ -195,7 +195,12 @@ def test_a_restarted_supernode_is_the_same_client_and_its_state_continues(federa
     rounds = rounds_of(tmp_path / "local")
     missed = {r["round"]: r["failed-clients"] + r["unreachable-clients"] for r in rounds[1:]}
     assert set(sum(missed.values(), [])) <= {1}
-    assert 1 not in missed[1] and 1 not in missed[3]  # trained before and after the restart
+    # The restart cost client 1 at least one round (which ones depends on when the SuperLink saw
+    # the old node leave), and the replacement node trained as client 1 afterwards.
+    absent = [r for r, clients in missed.items() if 1 in clients]
+    assert absent, "client 1 never missed a round: the restart was not exercised"
+    assert any(1 not in missed[r] for r in missed if r > max(absent)), \
+        f"client 1 did not train again after its restart (missed rounds {absent})"
     assert rounds[-1]["evaluated-clients"] == 3
 
     def drop_missed_rounds(message, context):
