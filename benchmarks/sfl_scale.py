@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import json
 import shlex
 import statistics
@@ -32,8 +33,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from strategies import spmm
 from strategies.graph import (
-    COLUMN_BLOCK, SPARSE_COST_PER_NONZERO, GCNPropagation, knn_graph, row_normalize,
+    DENSE_COLUMN_BLOCK, SPARSE_COST_PER_NONZERO, GCNPropagation, knn_graph, row_normalize,
 )
 
 REPO = Path(__file__).resolve().parent.parent
@@ -63,56 +65,72 @@ def graphs(n: int, k: int, seed: int) -> dict[str, torch.Tensor]:
     return {"dense": row_normalize(dense), f"knn-{k}": row_normalize(knn_graph(points, k))}
 
 
-def measure(clients: Sequence[int], params: Sequence[int], *, hops: int = 3, alpha: float = 1.0,
-            k: int = 10, reps: int = 3, slow: float = 20.0, skip_above: float = 10.0,
-            seed: int = 0, log: Callable[[str], None] = print) -> list[dict[str, Any]]:
-    """One row per (N, P, graph, plan): seconds and ratios to the plain mean of the same V."""
+def measure(clients: Sequence[int], params: Sequence[int], *, hops: Sequence[int] = (3,),
+            alpha: float = 1.0, k: int = 10, reps: int = 3, slow: float = 20.0,
+            skip_above: float = 10.0, seed: int = 0,
+            log: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """One row per (N, P, L, graph, plan): seconds and ratios to the plain mean of the same V.
+
+    Every propagation writes into one preallocated U, as SFL's server does across rounds, and the
+    sparse kernel is compiled before anything is timed."""
+    GCNPropagation(row_normalize(np.ones((2, 2))), 2, 0.5, "rows-first", True).apply(
+        torch.zeros(2, 64))  # compile the sparse kernel (numba) outside the timings
     rows: list[dict[str, Any]] = []
-    for n in clients:
-        for p in params:
-            generator = torch.Generator().manual_seed(seed)
-            v = torch.randn(n, p, generator=generator)
-            mean_s, _ = timed(lambda: v.mean(dim=0), reps, slow)
-            weights = torch.rand(n, generator=generator)
-            wmean_s, _ = timed(lambda: (weights / weights.sum()) @ v, reps, slow)
-            log(f"N={n} P={p}: mean {mean_s:.3f} s, weighted mean {wmean_s:.3f} s")
-            for name, adj_hat in graphs(n, k, seed).items():
-                started = time.perf_counter()
-                auto = GCNPropagation(adj_hat, hops, alpha)
-                auto_build = time.perf_counter() - started
-                cheapest = min(auto.costs.values())
-                for order, sparse in PLANS:
-                    plan = f"{order}/{'sparse' if sparse else 'dense'}"
-                    row: dict[str, Any] = {
-                        "clients": n, "params": p, "graph": name, "plan": plan,
-                        "auto": plan == auto.describe(), "mean-seconds": mean_s,
-                        "weighted-mean-seconds": wmean_s,
-                        "nnz-per-row": auto.nnz_adjacency / n,
-                        "nnz-operator-per-row": auto.nnz_operator / n,
-                        "modelled-cost": auto.costs[plan] / cheapest,
-                    }
-                    if auto.costs[plan] > skip_above * cheapest:
-                        row["skipped"] = True
-                        rows.append(row)
-                        continue
-                    started = time.perf_counter()
-                    prop = GCNPropagation(adj_hat, hops, alpha, order, sparse)
-                    row["build-seconds"] = auto_build if row["auto"] else time.perf_counter() - started
-                    seconds, runs = timed(lambda: prop.apply(v), reps, slow)
-                    readout, _ = timed(lambda: v.mean(dim=0), 1, slow)
-                    row.update({"seconds": seconds, "runs": runs, "ratio": seconds / mean_s,
-                                "step-ratio": (seconds + readout) / mean_s})
-                    rows.append(row)
-                    log(f"  {name:>7} {plan:<18} {seconds:8.3f} s  {seconds / mean_s:7.1f}× mean"
-                        f"{'  (auto)' if row['auto'] else ''}")
-                    del prop
-                    gc.collect()
-            del v
-            gc.collect()
+    for n, p, steps in itertools.product(clients, params, hops):
+        rows += _measure_case(n, p, steps, alpha=alpha, k=k, reps=reps, slow=slow,
+                              skip_above=skip_above, seed=seed, log=log)
     return rows
 
 
-def calibration(rows: list[dict[str, Any]], hops: int) -> float | None:
+def _measure_case(n: int, p: int, hops: int, *, alpha: float, k: int, reps: int, slow: float,
+                  skip_above: float, seed: int,
+                  log: Callable[[str], None]) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    generator = torch.Generator().manual_seed(seed)
+    v = torch.randn(n, p, generator=generator)
+    u = torch.empty_like(v)
+    u.zero_()  # touch every page once, outside the timings
+    mean_s, _ = timed(lambda: v.mean(dim=0), reps, slow)
+    weights = torch.rand(n, generator=generator)
+    wmean_s, _ = timed(lambda: (weights / weights.sum()) @ v, reps, slow)
+    log(f"N={n} P={p} L={hops}: mean {mean_s:.3f} s, weighted mean {wmean_s:.3f} s")
+    for name, adj_hat in graphs(n, k, seed).items():
+        started = time.perf_counter()
+        auto = GCNPropagation(adj_hat, hops, alpha)
+        auto_build = time.perf_counter() - started
+        cheapest = min(auto.costs.values())
+        for order, sparse in PLANS:
+            plan = f"{order}/{'sparse' if sparse else 'dense'}"
+            row: dict[str, Any] = {
+                "clients": n, "params": p, "hops": hops, "graph": name, "plan": plan,
+                "auto": plan == auto.describe(), "mean-seconds": mean_s,
+                "weighted-mean-seconds": wmean_s,
+                "nnz-per-row": auto.nnz_adjacency / n,
+                "nnz-operator-per-row": auto.nnz_operator / n,
+                "modelled-cost": auto.costs[plan] / cheapest,
+            }
+            if auto.costs[plan] > skip_above * cheapest:
+                row["skipped"] = True
+                rows.append(row)
+                continue
+            started = time.perf_counter()
+            prop = GCNPropagation(adj_hat, hops, alpha, order, sparse)
+            row["build-seconds"] = auto_build if row["auto"] else time.perf_counter() - started
+            seconds, runs = timed(lambda: prop.apply(v, out=u), reps, slow)
+            readout, _ = timed(lambda: v.mean(dim=0), 1, slow)
+            row.update({"seconds": seconds, "runs": runs, "ratio": seconds / mean_s,
+                        "step-ratio": (seconds + readout) / mean_s})
+            rows.append(row)
+            log(f"  {name:>7} {plan:<18} {seconds:8.3f} s  {seconds / mean_s:7.1f}× mean"
+                f"{'  (auto)' if row['auto'] else ''}")
+            del prop
+            gc.collect()
+    del v, u
+    gc.collect()
+    return rows
+
+
+def calibration(rows: list[dict[str, Any]]) -> float | None:
     """Measured cost of a sparse multiply-add in dense ones (the cost model's constant): median over
     (N, P, graph) of [sparse s / (nnz·steps·P)] / [dense s / (N²·steps·P)] for matching orders."""
     ratios = []
@@ -120,7 +138,8 @@ def calibration(rows: list[dict[str, Any]], hops: int) -> float | None:
         if r.get("skipped") or not r["plan"].endswith("/sparse"):
             continue
         dense = next((d for d in rows if d["clients"] == r["clients"] and d["params"] == r["params"]
-                      and d["graph"] == r["graph"] and not d.get("skipped")
+                      and d["hops"] == r["hops"] and d["graph"] == r["graph"]
+                      and not d.get("skipped")
                       and d["plan"] == r["plan"].replace("sparse", "dense")), None)
         if dense is None:
             continue
@@ -129,18 +148,19 @@ def calibration(rows: list[dict[str, Any]], hops: int) -> float | None:
     return statistics.median(ratios) if ratios else None
 
 
-def work_notes(rows: list[dict[str, Any]], hops: int) -> list[str]:
+def work_notes(rows: list[dict[str, Any]]) -> list[str]:
     """Why the ratio is what it is: multiply-adds per element of V of each sparse plan `auto` chose
     (L·nnz(Â)/row rows-first, nnz(W)/row graph-first) against the mean's one add, and the rate."""
     notes = []
     for r in rows:
         if not r["auto"] or not r["plan"].endswith("/sparse") or r.get("skipped"):
             continue
-        per_element = (hops * r["nnz-per-row"] if r["plan"].startswith("rows")
+        per_element = (r["hops"] * r["nnz-per-row"] if r["plan"].startswith("rows")
                        else r["nnz-operator-per-row"])
         rate = per_element * r["clients"] * r["params"] / r["seconds"] / 1e9
         notes.append(
-            f"- N={r['clients']}, P={r['params']:.0e}, {r['graph']}: `auto` = {r['plan']}, "
+            f"- N={r['clients']}, P={r['params']:.0e}, L={r['hops']}, {r['graph']}: "
+            f"`auto` = {r['plan']}, "
             f"{per_element:.0f} multiply-adds per element of V (the mean: 1 add) at {rate:.1f} G/s "
             f"→ {r['ratio']:.1f}× the mean.")
     return notes
@@ -151,21 +171,22 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
 
     lines = [
         *provenance(meta, f"# {meta['name']}: SFL server aggregation vs the plain mean"),
-        f"- setting: float32 V [N, P]; U = α·Â^L·V + (1−α)·V with L = {meta['hops']}, "
+        f"- setting: float32 V [N, P]; U = α·Â^L·V + (1−α)·V with L ∈ {{{meta['hops']}}}, "
         f"α = {meta['alpha']}; graphs `dense` (uniform random weights, all pairs) and "
         f"`knn-{meta['k']}` ({meta['k']} nearest of random points in the plane + self-loop); "
         f"medians of up to {meta['reps']} runs (1 run when slower than {meta['slow']} s); torch "
         f"threads {meta['threads']}; cost-model constant SPARSE_COST_PER_NONZERO = "
-        f"{SPARSE_COST_PER_NONZERO:g}, column blocks {COLUMN_BLOCK[True]} (sparse) / "
-        f"{COLUMN_BLOCK[False]} (dense)",
+        f"{SPARSE_COST_PER_NONZERO:g}; column blocks of ~{spmm.BLOCK_BYTES // 1024} KiB "
+        f"(sparse kernel `strategies.spmm`: {spmm.block_columns(1000)} columns at N = 1000) / "
+        f"{DENSE_COLUMN_BLOCK} columns (dense); U written into one preallocated matrix",
         "",
         "**×mean** = propagation seconds / seconds of `V.mean(0)` on the same V (FedAvg's server "
         "step); **step ×mean** adds SFL's read-out w = mean(U). **nnz/row**: Â, and the operator "
         "W = α·Â^L + (1−α)·I that graph-first multiplies with. ✔ = the plan `auto` chooses; "
         "\"skipped\" = modelled cost over the skip limit (shown as a multiple of the cheapest plan).",
         "",
-        "| N | P | graph | nnz/row Â | nnz/row W | plan | auto | build s | seconds | ×mean | step ×mean |",
-        "|---:|---:|---|---:|---:|---|:---:|---:|---:|---:|---:|",
+        "| N | P | L | graph | nnz/row Â | nnz/row W | plan | auto | build s | seconds | ×mean | step ×mean |",
+        "|---:|---:|---:|---|---:|---:|---|:---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         if r.get("skipped"):
@@ -174,15 +195,15 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
             cells = [f"{r['build-seconds']:.3f}", f"{r['seconds']:.3f}", f"**{r['ratio']:.1f}**",
                      f"{r['step-ratio']:.1f}"]
         lines.append(
-            f"| {r['clients']} | {r['params']:.0e} | {r['graph']} | {r['nnz-per-row']:.0f} | "
+            f"| {r['clients']} | {r['params']:.0e} | {r['hops']} | {r['graph']} | {r['nnz-per-row']:.0f} | "
             f"{r['nnz-operator-per-row']:.0f} | {r['plan']} | {'✔' if r['auto'] else ''} | "
             + " | ".join(cells) + " |")
     means = sorted({(r["clients"], r["params"], r["mean-seconds"], r["weighted-mean-seconds"])
                     for r in rows})
     lines += ["", "Plain mean `V.mean(0)` / example-weighted mean `(w/Σw) @ V` (seconds): "
               + "; ".join(f"N={n}, P={p:.0e}: {m:.3f} / {wm:.3f}" for n, p, m, wm in means)]
-    lines += ["", *work_notes(rows, meta["hops"])]
-    measured = calibration(rows, meta["hops"])
+    lines += ["", *work_notes(rows)]
+    measured = calibration(rows)
     if measured is not None:
         lines.append(f"\nMeasured cost of a sparse multiply-add, in dense ones (median over cases): "
                      f"{measured:.1f} (the cost model uses {SPARSE_COST_PER_NONZERO:g}).")
@@ -196,7 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--clients", default="100,1000")
     parser.add_argument("--params", default="1e5,1e6")
-    parser.add_argument("--hops", type=int, default=3)
+    parser.add_argument("--hops", default="3", help="comma-separated numbers of hops L")
     parser.add_argument("--alpha", type=float, default=1.0)
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--reps", type=int, default=3)
@@ -213,7 +234,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = datetime.now(timezone.utc)
     clients = [int(float(c)) for c in args.clients.split(",")]
     params = [int(float(p)) for p in args.params.split(",")]
-    rows = measure(clients, params, hops=args.hops, alpha=args.alpha, k=args.k, reps=args.reps,
+    hops = [int(h) for h in args.hops.split(",")]
+    rows = measure(clients, params, hops=hops, alpha=args.alpha, k=args.k, reps=args.reps,
                    slow=args.slow, skip_above=args.skip_above)
     meta = {
         "name": args.name, "command": "python -m benchmarks.sfl_scale " + shlex.join(argv),

@@ -20,6 +20,8 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from strategies.neighbourhood_sums import SumTree
+
 DistanceMode = Literal["matching", "min-pair"]
 DISTANCE_MODES: tuple[str, ...] = ("matching", "min-pair")
 MAX_ENUMERATED_MATCHINGS = 720  # injective maps enumerated at once (k ≤ 6); beyond: one LSA per pair
@@ -235,39 +237,31 @@ def neighbourhood_average(adjacency: torch.Tensor | np.ndarray, num_examples: to
     return weights @ rows
 
 
-def _product(weights: torch.Tensor, rows: torch.Tensor, sparse_below: float,
-             columns: torch.Tensor | None = None) -> torch.Tensor:
-    """weights @ rows through torch.sparse when the weight matrix is sparse enough to pay; with
-    `columns`, only those columns of `weights` (rows of `rows`) may be non-zero, and no other row of
-    `rows` is read (so stale or undefined rows there never enter the result)."""
-    nonzero = int(torch.count_nonzero(weights))
-    if nonzero == 0:
-        return torch.zeros(weights.shape[0], rows.shape[1], dtype=rows.dtype)
-    if nonzero < sparse_below * weights.numel():
-        return torch.sparse.mm(weights.to_sparse(), rows)
-    if columns is not None:
-        return weights[:, columns] @ rows[columns]
-    return weights @ rows
-
-
 class NeighbourhoodModels:
     """Every client's model under FLT's aggregation (spec §3 Phase 3, [D] §6.6): after each round,
     w_m ← Σ_j Ã_mj n_j w_j / Σ_j Ã_mj n_j from a snapshot of the latest models (Jacobi), where w_j is
     what client j trained this round if it was sampled, else the model it holds (stale).
 
     Clients whose rows of Ã are equal receive the same model, so the models are stored once per
-    distinct row: `models` [g, P] and `model_of` [M]. With disjoint clusters (or cliques) that is one
-    model per cluster and the round costs one pass over the trained rows — a FedAvg mean's cost —
-    instead of nnz(Ã)·P. The step is W_u·V with W_u the distinct rows of D⁻¹Ã diag(n); V's rows are
-    either trained rows (columns of sampled clients) or held models, so W_u·V = W_u[:, S]·T_S +
-    (W_u[:, ¬S]·E)·G, two (sparse) products and no loop over clients or parameters.
+    distinct row: `models` [g, P] with `scale` [g] (model q = scale_q·models_q) and `model_of` [M].
+    The sums are planned once per graph (`strategies.neighbourhood_sums.SumTree`): a distinct row is
+    either one product over its neighbours — with disjoint clusters one model per cluster, a FedAvg
+    mean's cost — or, for the similar rows of a nearly block-diagonal Ã, a similar row's sum plus the
+    few terms in which the two rows differ. Sampled clients' terms read their trained rows, the others'
+    the held models, summed per held model; no loop over clients or parameters. `share_sums=False`
+    computes every distinct row directly.
     """
 
-    def __init__(self, initial: torch.Tensor, num_clients: int, sparse_below: float = 0.25) -> None:
+    def __init__(self, initial: torch.Tensor, num_clients: int, sparse_below: float = 0.25,
+                 share_sums: bool = True, max_path_terms: int | None = None) -> None:
         self.num_clients = num_clients
         self.sparse_below = sparse_below
-        self.models = initial.detach().reshape(1, -1).clone()  # G [g, P]
-        self.model_of = torch.zeros(num_clients, dtype=torch.long)  # client -> row of G
+        self.share_sums = share_sums
+        self.max_path_terms = max_path_terms
+        self.models = initial.detach().reshape(1, -1).clone()  # X [g, P]
+        self.scale = torch.ones(1, dtype=self.models.dtype)  # model q = scale[q]·models[q]
+        self.model_of = torch.zeros(num_clients, dtype=torch.long)  # client -> row of X
+        self._spare: torch.Tensor | None = None  # last round's buffer, written in the next
         self.set_graph(np.eye(num_clients, dtype=np.float32))
 
     def set_graph(self, adjacency: np.ndarray) -> None:
@@ -276,43 +270,47 @@ class NeighbourhoodModels:
         if adjacency.shape != (self.num_clients, self.num_clients):
             raise ValueError(f"adjacency must be [{self.num_clients}, {self.num_clients}], "
                              f"got {adjacency.shape}")
-        unique, first, inverse = np.unique(adjacency, axis=0, return_index=True, return_inverse=True)
-        order = np.argsort(first)  # distinct rows in order of their first client
-        rank = np.empty_like(order)
-        rank[order] = np.arange(len(order))
+        unique, inverse = np.unique(adjacency, axis=0, return_inverse=True)
+        self.tree = SumTree.plan(unique, self.share_sums, self.max_path_terms)
+        position = np.empty(len(unique), dtype=np.int64)
+        position[self.tree.order] = np.arange(len(unique))
         self.adjacency = adjacency
-        self.distinct = torch.from_numpy(np.ascontiguousarray(unique[order]))  # [u, M]
-        self.group_of = torch.from_numpy(rank[inverse.reshape(-1)].astype(np.int64))  # [M]
+        self.distinct = torch.from_numpy(np.ascontiguousarray(unique[self.tree.order]))  # [u, M]
+        self.group_of = torch.from_numpy(position[inverse.reshape(-1)])  # [M]
 
     @property
     def num_models(self) -> int:
         return int(self.models.shape[0])
 
     def model(self, client: int) -> torch.Tensor:
-        """The model client `client` holds now (a view into the stored models)."""
-        return self.models[self.model_of[client]]
+        """The model client `client` holds now."""
+        q = self.model_of[client]
+        return self.models[q] * self.scale[q]
 
     def rows(self) -> torch.Tensor:
         """Every client's model as a dense [M, P] matrix (for tests and checkpoints)."""
-        return self.models[self.model_of]
+        return self.models[self.model_of] * self.scale[self.model_of, None]
 
     def aggregate(self, trained: torch.Tensor, sampled: torch.Tensor | list[int],
                   num_examples: torch.Tensor) -> None:
         """One aggregation: `trained` [M, P] holds the sampled clients' new rows (other rows are
         ignored), `num_examples` [M] the train-set sizes n_j."""
-        sampled = torch.as_tensor(sampled, dtype=torch.long)
-        weights = neighbourhood_weights(self.distinct, num_examples, trained.dtype)  # [u, M]
         is_sampled = torch.zeros(self.num_clients, dtype=torch.bool)
-        is_sampled[sampled] = True
-        from_trained = weights * is_sampled[None, :]
-        from_held = weights * (~is_sampled)[None, :]
-        # W_u[:, ¬S]·E: the held columns summed per stored model -> [u, g]
-        held = torch.zeros(weights.shape[0], self.num_models, dtype=trained.dtype)
-        held.index_add_(1, self.model_of, from_held)
-        new = _product(from_trained, trained, self.sparse_below, columns=sampled)
-        new += _product(held, self.models, self.sparse_below)
-        self.models = new
+        is_sampled[torch.as_tensor(sampled, dtype=torch.long)] = True
+        shape = (int(self.distinct.shape[0]), int(trained.shape[1]))
+        spare = self._spare
+        out = (spare if spare is not None and spare.shape == shape and spare.dtype == trained.dtype
+               else torch.empty(shape, dtype=trained.dtype))
+        self._spare = None
+        scale = self.tree.sums(out, trained, is_sampled, self.models, self.scale, self.model_of,
+                               num_examples, self.sparse_below)
+        self._spare = self.models
+        self.models, self.scale = out, scale
         self.model_of = self.group_of.clone()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Checkpoints leave the spare buffer out (it holds nothing needed)."""
+        return {**self.__dict__, "_spare": None}
 
 
 # --- UMAP -----------------------------------------------------------------------------------------
@@ -406,7 +404,7 @@ def share_inside_groups(adjacency: np.ndarray, groups: np.ndarray) -> float | No
 PropagationOrder = Literal["auto", "graph-first", "rows-first"]
 PROPAGATION_ORDERS: tuple[str, ...] = ("auto", "graph-first", "rows-first")
 SPARSE_COST_PER_NONZERO = 5.0  # a sparse multiply-add costs this many dense ones (sfl_scale.py: 4.6)
-COLUMN_BLOCK = {True: 128, False: 16_384}  # columns of V per block: sparse / dense kernel
+DENSE_COLUMN_BLOCK = 16_384  # columns of V per block of the dense rows-first kernel
 ADJACENCY_SUFFIXES: tuple[str, ...] = (".npy", ".csv")
 
 
@@ -440,15 +438,15 @@ class GCNPropagation:
     """The weight-free GCN of SFL (spec §2 (3)): `apply(V)` = α·Â^L·V + (1−α)·V for a fixed Â.
 
     Plans: graph-first = W = α·Â^L + (1−α)·I formed on the N×N graph, then ONE product W·V;
-    rows-first = L products Â·X, then the α mix. Each with a dense (BLAS) or a sparse (torch.sparse CSR)
-    kernel. `auto` takes the plan of least modelled cost, in dense multiply-adds per column of V:
+    rows-first = L products Â·X, then the α mix. Each with a dense (BLAS) or a sparse
+    (`strategies.spmm`, CSR) kernel. `auto` takes the plan of least modelled cost, in dense multiply-adds per column of V:
     dense N² per product, sparse `SPARSE_COST_PER_NONZERO`·nnz (measured by benchmarks/sfl_scale.py).
     So a dense graph goes graph-first/dense (one GEMM instead of L), a kNN graph rows-first/sparse
     (L·nnz(Â) < nnz(Â^L) once neighbourhoods overlap), and a graph whose Â^L stays sparse
     graph-first/sparse. V is processed in blocks of columns, all hops of a block at once, so a block
-    stays in cache across hops and no N×P intermediate is kept (memory: V and U). The sparse kernel is
-    torch.sparse CSR × a dense block of 128 columns (faster than COO here), the column range split
-    among torch's threads, one thread per product. No loop over clients.
+    stays in cache across hops and no N×P intermediate is kept (memory: V and U). The sparse kernel
+    runs every hop of a cache-sized column block in compiled code, the columns split among torch's
+    thread count of threads. No loop over clients.
     """
 
     def __init__(self, adj_hat: torch.Tensor | np.ndarray, hops: int, alpha: float,
@@ -480,9 +478,10 @@ class GCNPropagation:
         else:
             self._step, self._steps = a, hops
         if self.sparse:
-            with warnings.catch_warnings():  # "sparse CSR support is in beta" (every process)
-                warnings.simplefilter("ignore", UserWarning)
-                self._step = self._step.to_sparse_csr()
+            step = self._step.numpy()
+            rows_idx, cols_idx = np.nonzero(step)  # row-major order: CSR order
+            self._csr = (np.searchsorted(rows_idx, np.arange(n + 1)).astype(np.int64),
+                         cols_idx.astype(np.int64), step[rows_idx, cols_idx].astype(np.float32))
 
     def describe(self) -> str:
         return f"{self.order}/{'sparse' if self.sparse else 'dense'}"
@@ -507,33 +506,48 @@ class GCNPropagation:
         if not self.sparse:
             self._columns(rows, out, 0, rows.shape[1])
             return out
-        # torch's sparse kernel parallelises each (small) product over threads, which stalls when a
-        # core is busy; instead each thread takes a contiguous share of the columns, one thread per op.
+        return self._sparse_apply(rows, out)
+
+    def _sparse_apply(self, rows: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """The sparse plans: `strategies.spmm`'s column-blocked kernel, the columns split among
+        torch's thread count of threads (the kernel releases the GIL)."""
         from concurrent.futures import ThreadPoolExecutor
 
-        workers = max(1, min(torch.get_num_threads(), rows.shape[1] // COLUMN_BLOCK[True]))
-        bounds = [rows.shape[1] * i // workers for i in range(workers + 1)]
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
+        from strategies import spmm  # lazy: numba is imported only for sparse propagations
+
+        if rows.dtype != torch.float32 or rows.device.type != "cpu":
+            raise ValueError(f"the sparse propagation takes float32 rows on the CPU, got {rows.dtype} "
+                             f"on {rows.device}")
+        source = rows.detach().contiguous().numpy()
+        target = out if out.is_contiguous() else torch.empty_like(rows)
+        result = target.numpy()
+        alpha = self.alpha if self.order == "rows-first" else 1.0  # graph-first: α is inside W
+        columns = rows.shape[1]
+        workers = max(1, min(torch.get_num_threads(), columns // spmm.block_columns(rows.shape[0])))
+        bounds = [columns * i // workers for i in range(workers + 1)]
+
+        def run(i: int) -> None:
+            spmm.propagate_columns(self._csr, self._steps, alpha, source, result, bounds[i],
+                                   bounds[i + 1])
+
+        if workers == 1:
+            run(0)
+        else:
             with ThreadPoolExecutor(workers) as pool:
-                list(pool.map(lambda i: self._columns(rows, out, bounds[i], bounds[i + 1]),
-                              range(workers)))
-        finally:
-            torch.set_num_threads(threads)
-        return out
+                list(pool.map(run, range(workers)))
+        return target if target is out else out.copy_(target)
 
     def _columns(self, rows: torch.Tensor, out: torch.Tensor, first: int, last: int) -> None:
         """out[:, first:last] = the propagation of rows[:, first:last], block by block, every hop
         of a block at once."""
-        width = COLUMN_BLOCK[self.sparse]
+        width = DENSE_COLUMN_BLOCK
         mix = self.order == "rows-first" and self.alpha != 1.0
         for start in range(first, last, width):
             stop = min(start + width, last)
             block = rows[:, start:stop].contiguous()
             x = block
             for _ in range(self._steps):
-                x = self._step @ x  # sparse: torch.sparse CSR × dense block
+                x = self._step @ x
             if mix:
                 x = self.alpha * x + (1.0 - self.alpha) * block
             out[:, start:stop] = x

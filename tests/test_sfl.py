@@ -12,8 +12,8 @@ from client_app.sfl import sfl_penalty
 from server_app.config import ConfigError, RunConfig
 from server_app.simulate import default_run_config, simulate
 from strategies.graph import (
-    GCNPropagation, check_adjacency, gcn_propagate, knn_graph, read_adjacency, row_normalize,
-    share_on_edges, top_k_per_row,
+    GCNPropagation, check_adjacency, gcn_operator, gcn_propagate, knn_graph, read_adjacency,
+    row_normalize, share_on_edges, top_k_per_row,
 )
 from strategies.graph_learner import GraphConstructor, GraphLearner, blend, graph_target
 from strategies.messages import CONFIG, GLOBAL, METRICS, MODEL, PERSONAL, TRAIN_SFL
@@ -43,6 +43,28 @@ def test_propagation_equals_the_dense_reference(hops, alpha, order, sparse):
     u = GCNPropagation(row_normalize(a), hops, alpha, order, sparse).apply(v)
     np.testing.assert_allclose(u.numpy(), expected, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(gcn_propagate(a, v, hops, alpha).numpy(), expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("hops,alpha", [(1, 1.0), (3, 0.7)])
+def test_sparse_kernel_crosses_column_blocks_and_threads_and_writes_into_out(hops, alpha):
+    from strategies import spmm
+
+    n = 37
+    columns = 2 * spmm.block_columns(n) + 45  # two threads, several blocks, a ragged last block
+    a = _random_graph(n)
+    v = torch.randn(n, columns, generator=torch.Generator().manual_seed(2))
+    expected = gcn_operator(row_normalize(a).double(), hops, alpha).double() @ v.double()
+    out = torch.full_like(v, float("nan"))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        u = GCNPropagation(row_normalize(a), hops, alpha, "rows-first", True).apply(v, out=out)
+    finally:
+        torch.set_num_threads(threads)
+    assert u is out
+    np.testing.assert_allclose(u.numpy(), expected.numpy(), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="float32 rows"):
+        GCNPropagation(row_normalize(a), hops, alpha, "rows-first", True).apply(v.double())
 
 
 def test_rows_of_a_hat_sum_to_one_and_an_empty_row_becomes_a_self_loop():
@@ -433,14 +455,14 @@ def test_readme_documents_every_sfl_key():
 def test_scale_benchmark_measures_every_plan_and_skips_the_hopeless_ones():
     from benchmarks.sfl_scale import calibration, measure
 
-    rows = measure([60], [300], hops=2, k=3, reps=1, skip_above=4.0, log=lambda _: None)
+    rows = measure([60], [300], hops=(2,), k=3, reps=1, skip_above=4.0, log=lambda _: None)
     assert len(rows) == 8  # 2 graphs × 4 plans
     assert sum(r["auto"] for r in rows) == 2
     dense_sparse = [r for r in rows if r["graph"] == "dense" and r["plan"].endswith("sparse")]
     assert all(r.get("skipped") for r in dense_sparse)  # 5× and 10× the dense GEMM's cost
     measured = [r for r in rows if not r.get("skipped")]
     assert all(r["seconds"] >= 0 and r["ratio"] > 0 for r in measured)
-    assert calibration(rows, 2) is not None
+    assert calibration(rows) is not None
 
 
 def test_sfl_trains_traffic_forecasters_over_the_road_graph(tiny_run):
