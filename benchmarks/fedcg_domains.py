@@ -9,7 +9,8 @@ top of the defaults below): the `domains` partition of MNIST (train clients rota
 whole test clients held out, some of them with an unseen rotation), the same backbone, rounds,
 clients per round and local epochs. Variants: `fedavg`, and FedCG with adjacency `distance` (eq.
 6–7 after the warm-up), `identity`, `uniform`, `random`, and `kmeans` (distance adjacency, domains
-from K-means of the client models instead of the teacher/student). Each FedCG run evaluates its
+from K-means of the client models instead of the teacher/student); `<adjacency>-centered` adds
+`fedcg.teacher-centering` (pseudo-domains from the teacher's logits minus their federated mean). Each FedCG run evaluates its
 test clients with both soft (student probabilities) and hard (argmax) domain weights.
 
 The global accuracy is over the union of the test clients' images (the paper's metric); it is split
@@ -46,6 +47,10 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "kmeans": ("fedcg", {"fedcg.adjacency": "distance", "fedcg.clustering": "kmeans"}),
     "no-w": ("fedcg", {"fedcg.use-w": False}),
     "all-layers": ("fedcg", {"fedcg.layers": "all"}),
+    # teacher centering (fedcg.teacher-centering): d̂ = argmax_d (g_φ(x)_d − c_d), c the federated mean
+    "distance-centered": ("fedcg", {"fedcg.adjacency": "distance", "fedcg.teacher-centering": True}),
+    "identity-centered": ("fedcg", {"fedcg.adjacency": "identity", "fedcg.teacher-centering": True}),
+    "uniform-centered": ("fedcg", {"fedcg.adjacency": "uniform", "fedcg.teacher-centering": True}),
 }
 DEFAULTS: dict[str, Any] = {
     "dataset": "mnist", "partition": "domains", "model": "cnn", "domain-rotations": "0,90,180,270",

@@ -180,6 +180,16 @@ class FedCGSection(_Settings):
     domain_lr: float = Field(0.01, gt=0.0)  # SGD of the student (no momentum, no weight decay)
     domain_stride: int = Field(1, ge=1)  # stride of both convs of the domain classifiers
     soft: bool = True  # test assignment: student probabilities (false: one-hot argmax)
+    # true: d̂(x) = argmax_d (g_φ(x)_d − c_d), c = the federated mean teacher logit (keeps a random
+    # teacher from sending every image to one domain; the spec's default is none, §6.9)
+    teacher_centering: bool = False
+
+    @model_validator(mode="after")
+    def _centering_needs_a_teacher(self) -> "FedCGSection":
+        if self.teacher_centering and self.clustering != "clf":
+            raise ValueError("fedcg.teacher-centering centres the teacher's logits: it needs "
+                             f"fedcg.clustering='clf' (got '{self.clustering}'); set one of them back")
+        return self
 
     @property
     def spec(self):  # -> models.fedcg.FedCGSpec (torch models: imported only when needed)

@@ -9,6 +9,15 @@ t mod T = 0; A ← eq. 6–7 from the new V once t ≥ adj-warmup (A = I before)
 (ArrayRecord `graph`). Clients train with the teacher's one-hot domains (`train.fedcg`) and are tested
 with the student's soft probabilities (`evaluate.fedcg`).
 
+Option `fedcg.teacher-centering` (off by default: the spec adds no balancing, §6.9): a random
+teacher tends to send every image to one domain (its logits share a large image-independent offset),
+which leaves one branch trained and NMI at 0. With centering the pseudo-domain is
+d̂(x) = argmax_d (g_φ(x)_d − c_d), c the federated mean teacher logit (DINO's teacher centering):
+whenever the teacher changes (round 1 and after every replacement) the server asks every online
+train client for its mean teacher logit (`query.fedcg_centre`, D floats and a count: no images,
+labels or per-sample values leave a client) and averages them by num-examples; c travels with the
+teacher and stays fixed while it is frozen, so d̂ is still a fixed function of (teacher, image).
+
 With held-out test clients (`domain-test-clients` > 0, the paper's protocol) only train clients are
 sampled for training and only test clients are evaluated: the global accuracy is over the union of
 the test clients' images. Ablation switches (`fedcg.*`): adjacency distance / identity / uniform /
@@ -39,9 +48,9 @@ from models.fedcg import DomainClassifier, FedCGModel
 from strategies.clients import ClientGrid
 from strategies.graph import pairwise_row_distances
 from strategies.messages import (
-    ADJACENCY, CONFIG, FEDCG_METRICS, GRAPH, METRICS, MODEL, PERSONAL, STUDENT, TEACHER,
-    EVALUATE_FEDCG, TRAIN_FEDCG, TRAIN_LOCAL, EvaluateReply, FedCGEvaluateCounts, FedCGTrainReply,
-    TrainReply,
+    ADJACENCY, CENTRE_C, CONFIG, FEDCG_METRICS, GRAPH, METRICS, MODEL, PERSONAL, QUERY_FEDCG_CENTRE,
+    STUDENT, TEACHER, TEACHER_CENTRE, EVALUATE_FEDCG, TRAIN_FEDCG, TRAIN_LOCAL, EvaluateReply,
+    FedCGCentreReply, FedCGEvaluateCounts, FedCGTrainReply, TrainReply,
 )
 from strategies.params import ParameterLayout
 from strategies.personalized import weighted_mean
@@ -149,6 +158,9 @@ class FedCG(Strategy):
         self.layer_names: tuple[str, ...] = ()
         self.adjacency = torch.eye(self.settings.domains)
         self.client_domain: dict[int, int] | None = None  # clustering=kmeans
+        self.centre: torch.Tensor | None = None  # teacher-centering: c of the current teacher
+        self.teacher_version = 0  # +1 at every φ ← ϕ
+        self.centre_version: int | None = None  # the teacher version c belongs to
         self.clients: ClientGrid | None = None
         self.adjacencies: list[np.ndarray] = [self.adjacency.numpy().copy()]  # A after round t
         self.rounds: dict[int, dict[str, Any]] = {}  # per-round report (train + evaluation)
@@ -227,6 +239,44 @@ class FedCG(Strategy):
             points, sample_weight=np.asarray(weights, dtype=np.float64))
         self.client_domain.update({c: int(label) for c, label in zip(clients, labels)})
 
+    # --- teacher-centering: c = Σ_k n_k m_k / Σ_k n_k, m_k a client's mean teacher logit ------------
+    def update_centre(self, grid: ClientGrid) -> None:
+        """Ask every online train client for its mean teacher logit when the teacher has changed since
+        c was formed; c = their num-examples-weighted mean. Clients that fail or send a malformed
+        vector are skipped; with no usable reply c stays unset and is asked for again next time."""
+        if not self.settings.teacher_centering or self.centre_version == self.teacher_version:
+            return
+        d = self.settings.domains
+        online = set(grid.get_node_ids())
+        content = RecordDict({TEACHER: self.teacher})
+        messages = [Message(content, dst_node_id=c, message_type=QUERY_FEDCG_CENTRE)
+                    for c in self.train_clients if c in online]
+        means, weights = [], []
+        for client, reply in grid.exchange(messages, self.cfg.round_timeout, QUERY_FEDCG_CENTRE):
+            answer = FedCGCentreReply.read(reply.content[METRICS])
+            mean = np.asarray(answer.logit_mean, dtype=np.float64)
+            if mean.shape != (d,) or not np.isfinite(mean).all():
+                log.warning("fedcg: client %d sent a mean teacher logit of shape %s (expected %d finite "
+                            "floats); skipped", client, mean.shape, d)
+                continue
+            means.append(mean)
+            weights.append(float(answer.num_examples))
+        if not means or sum(weights) <= 0:
+            log.warning("fedcg: no client sent its mean teacher logit; pseudo-domains stay uncentred "
+                        "until the next round asks again")
+            self.centre, self.centre_version = None, None
+            return
+        w = np.asarray(weights) / sum(weights)
+        self.centre = torch.from_numpy((w @ np.stack(means)).astype(np.float32))
+        self.centre_version = self.teacher_version
+
+    def teacher_records(self) -> dict[str, ArrayRecord]:
+        """The teacher φ and, with centering, its centre c (both sent wherever the teacher goes)."""
+        records = {TEACHER: self.teacher}
+        if self.centre is not None and self.centre_version == self.teacher_version:
+            records[TEACHER_CENTRE] = ArrayRecord({CENTRE_C: Array(self.centre.numpy())})
+        return records
+
     # --- messages ---------------------------------------------------------------------------------
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: ClientGrid) -> Iterable[Message]:
@@ -236,6 +286,8 @@ class FedCG(Strategy):
         config["server-round"] = server_round
         if s.clustering == "kmeans" and self.client_domain is None:
             self.cluster_clients(config, grid)
+        if s.clustering == "clf":
+            self.update_centre(grid)
         online = set(grid.get_node_ids())
         candidates = [c for c in self.train_clients if c in online]
         if not candidates:
@@ -246,7 +298,7 @@ class FedCG(Strategy):
         config["num-domains"] = s.domains
         records = {MODEL: self.model, STUDENT: self.student, GRAPH: self.graph_record()}
         if s.clustering == "clf":
-            records[TEACHER] = self.teacher
+            records.update(self.teacher_records())
         messages = []
         for client in sampled:
             client_config = config
@@ -279,6 +331,7 @@ class FedCG(Strategy):
         replaced = s.clustering == "clf" and server_round % s.teacher_period == 0
         if replaced:
             self.teacher = self.student
+            self.teacher_version += 1
         if s.adjacency == "distance" and server_round >= s.adj_warmup:
             self.adjacency = inverse_distance_adjacency(self.node_rows(), s.beta)
         self.adjacencies.append(self.adjacency.numpy().copy())
@@ -307,8 +360,10 @@ class FedCG(Strategy):
         self._bind(arrays, grid)
         config["server-round"] = server_round
         config["soft"] = self.settings.soft
+        if self.settings.clustering == "clf":
+            self.update_centre(grid)
         records = {MODEL: self.model, STUDENT: self.student, GRAPH: self.graph_record(),
-                   TEACHER: self.teacher, CONFIG: config}
+                   **self.teacher_records(), CONFIG: config}
         online = set(grid.get_node_ids())
         return [Message(RecordDict(records), dst_node_id=c, message_type=EVALUATE_FEDCG)
                 for c in self.test_clients if c in online]
@@ -335,6 +390,8 @@ class FedCG(Strategy):
         if not total:
             return None
         report = self.rounds.setdefault(server_round, {})
+        if self.centre is not None:
+            report["teacher-centre"] = [round(float(v), 6) for v in self.centre]
         report["test-student-histogram"] = np.sum(list(student_counts.values()), axis=0).tolist() \
             if student_counts else []
         for assignment, values in by_assignment.items():
@@ -399,7 +456,8 @@ class FedCG(Strategy):
             "domain-histogram": final.get("domain-histogram"),
             "test-student-histogram": final.get("test-student-histogram"),
             "settings": {"domains": s.domains, "teacher-period": s.teacher_period,
-                         "adjacency": s.adjacency, "soft": s.soft, "clustering": s.clustering},
+                         "adjacency": s.adjacency, "soft": s.soft, "clustering": s.clustering,
+                         "teacher-centering": s.teacher_centering},
         }
         if "student-nmi" in final:
             out["nmi"] = {"student-final": final.get("student-nmi"),

@@ -34,6 +34,8 @@ TEACHER = "teacher"  # FedCG: the frozen teacher domain classifier φ, sent down
 GRAPH = "graph"  # FedCG: the domain graph, sent down with the model
 ADJACENCY = "adjacency"  # the one array of GRAPH: float32 [D, D], rows sum to 1
 FEDCG_METRICS = "fedcg-metrics"  # FedCG: an evaluation reply's domain counts (MetricRecord)
+TEACHER_CENTRE = "teacher_centre"  # FedCG teacher-centering: the centre c, sent down with the teacher
+CENTRE_C = "c"  # the one array of TEACHER_CENTRE: float32 [D], the federated mean teacher logit
 # ConfigRecord / MetricRecord names.
 CONFIG = "config"
 CLIENT = "client"  # which logical client a message is for (added by ClientGrid)
@@ -55,6 +57,7 @@ QUERY_SKA_EMBED = "query.ska_embed"  # FedSKA: per-slot features of `global`'s f
 QUERY_SKA_GRAD = "query.ska_grad"  # FedSKA: head loss gradient w.r.t. the received slot encodings
 TRAIN_FEDCG = "train.fedcg"  # FedCG: pseudo-domains by the teacher, train model and student
 EVALUATE_FEDCG = "evaluate.fedcg"  # FedCG: test with the student's (soft) domain weights
+QUERY_FEDCG_CENTRE = "query.fedcg_centre"  # FedCG teacher-centering: a client's mean teacher logit
 
 Contract = TypeVar("Contract", bound="_Record")
 
@@ -252,6 +255,14 @@ class FedCGTrainReply(_Record):
     domain_counts: list[int]
     student_counts: list[int]
     cuda: int | None = Field(None, ge=0, le=1)  # the device it trained on: 1 a CUDA GPU, 0 the CPU
+
+
+class FedCGCentreReply(_Record):
+    """Metrics of a `query.fedcg_centre` reply: the mean teacher logit vector over the client's
+    training images (D floats) and how many images it averages."""
+
+    num_examples: int = Field(ge=0)
+    logit_mean: list[float]
 
 
 class FedCGEvaluateCounts(_Record):
