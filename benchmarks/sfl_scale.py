@@ -198,10 +198,11 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
             f"| {r['clients']} | {r['params']:.0e} | {r['hops']} | {r['graph']} | {r['nnz-per-row']:.0f} | "
             f"{r['nnz-operator-per-row']:.0f} | {r['plan']} | {'✔' if r['auto'] else ''} | "
             + " | ".join(cells) + " |")
-    means = sorted({(r["clients"], r["params"], r["mean-seconds"], r["weighted-mean-seconds"])
-                    for r in rows})
-    lines += ["", "Plain mean `V.mean(0)` / example-weighted mean `(w/Σw) @ V` (seconds): "
-              + "; ".join(f"N={n}, P={p:.0e}: {m:.3f} / {wm:.3f}" for n, p, m, wm in means)]
+    means = sorted({(r["clients"], r["params"], r["hops"], r["mean-seconds"],
+                     r["weighted-mean-seconds"]) for r in rows})
+    lines += ["", "Plain mean `V.mean(0)` / example-weighted mean `(w/Σw) @ V` (seconds, measured "
+              "again before each L): " + "; ".join(f"N={n}, P={p:.0e}, L={h}: {m:.3f} / {wm:.3f}"
+                                                  for n, p, h, m, wm in means)]
     lines += ["", *work_notes(rows)]
     measured = calibration(rows)
     if measured is not None:

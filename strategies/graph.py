@@ -403,7 +403,7 @@ def share_inside_groups(adjacency: np.ndarray, groups: np.ndarray) -> float | No
 # products Â·X), each with a dense or a sparse kernel, whichever the cost model says is cheaper.
 PropagationOrder = Literal["auto", "graph-first", "rows-first"]
 PROPAGATION_ORDERS: tuple[str, ...] = ("auto", "graph-first", "rows-first")
-SPARSE_COST_PER_NONZERO = 5.0  # a sparse multiply-add costs this many dense ones (sfl_scale.py: 4.6)
+SPARSE_COST_PER_NONZERO = 2.0  # a sparse multiply-add costs this many dense ones (sfl_scale.py: 2.0)
 DENSE_COLUMN_BLOCK = 16_384  # columns of V per block of the dense rows-first kernel
 ADJACENCY_SUFFIXES: tuple[str, ...] = (".npy", ".csv")
 
