@@ -7,8 +7,8 @@ model (SFL's U = Â^L·V, FLT's neighbourhood averages over a threshold graph) m
 write U [N, P]: this script times, in one process on the same V, (1) `V.mean(0)`, (2) `U.copy_(V)`
 into a preallocated U (one read + one write of N·P floats: the floor of any per-client aggregation),
 (3) `V.clone()` (the same, allocating U), (4) `torch.add(V, V)` (two reads + one write, allocating),
-and (5) one kNN hop Â·V with k = 10 (torch.sparse CSR, as SFL's rows-first/sparse plan). Ratios are
-to (1). Writes `benchmarks/results/<name>.{md,json}`.
+and (5) one kNN hop Â·V with k = 10 into the preallocated U (SFL's sparse plan, the compiled kernel
+of `strategies.spmm`). Ratios are to (1). Writes `benchmarks/results/<name>.{md,json}`.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def measure(n: int, p: int, reps: int) -> dict[str, float]:
         "copy": timed(lambda: u.copy_(v), reps),
         "clone": timed(lambda: v.clone(), reps),
         "add": timed(lambda: torch.add(v, v), reps),
-        "knn-hop": timed(lambda: hop.apply(v), reps),
+        "knn-hop": timed(lambda: hop.apply(v, out=u), reps),
     }
     del v, u
     return out
@@ -65,7 +65,7 @@ def markdown(meta: dict, rows: list[dict]) -> str:
         f"- machine: {meta['machine']['cpu']}, {meta['machine']['cores']} cores (torch threads "
         f"{meta['machine']['torch-threads']}), torch {meta['machine']['torch']}",
         f"- float32 V [N, P], medians of {meta['reps']} repetitions after a warm-up, one process.", "",
-        "| N | P | `V.mean(0)` s | `U.copy_(V)` ×mean | `V.clone()` ×mean | `V + V` ×mean | one kNN-10 hop ×mean |",
+        "| N | P | `V.mean(0)` s | `U.copy_(V)` ×mean | `V.clone()` ×mean | `V + V` ×mean | one kNN-10 hop into U ×mean |",
         "|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
@@ -75,8 +75,9 @@ def markdown(meta: dict, rows: list[dict]) -> str:
     lines += ["", "`U.copy_(V)` reads V and writes a matrix of the same size into memory that is "
               "already mapped: the least work of any aggregation that produces one model per client "
               "each round. `V.clone()` and `V + V` also allocate their output (first-touch page "
-              "faults), as an operation that returns a new matrix does. A kNN hop additionally "
-              "combines 11 rows (10 neighbours + self) per output row.", ""]
+              "faults), as an operation that returns a new matrix does. A kNN hop writes into the "
+              "mapped U like the copy and additionally combines 11 rows (10 neighbours + self) per "
+              "output row (11 multiply-adds per element).", ""]
     return "\n".join(lines)
 
 
