@@ -10,10 +10,11 @@ is everything its handler does: the teacher's pseudo-domains for every image, th
 student's agreement, one epoch of the FedCG model (V̂ = GCN(A, V, W) recomputed at every step) and
 one epoch of the student. With the spec's defaults the random teacher sends (nearly) every image to
 one domain, so each batch needs one merged-kernel conv; the teacher-centering row spreads the
-pseudo-domains over the D branches (one conv per domain present in a batch). A client keeps the frozen teacher's logits in its node state and computes
-them once per teacher (every T rounds, or in the teacher-centering query), so FedCG is timed twice:
-with the teacher's logits cached (`fedcg`, the client's later calls in a T-period) and with an empty
-node state (`fedcg-new-teacher`, its first call after the teacher changed). Each variant is timed
+pseudo-domains over the D branches (one conv per domain present in a batch). A client keeps the
+frozen teacher's logits in its node state and computes them once per teacher (every T rounds, or
+in the teacher-centering query), so FedCG is timed twice: with the teacher's logits cached
+(`fedcg`, the client's later calls in a T-period) and with an empty node state
+(`fedcg-new-teacher`, its first call after the teacher changed). Each variant is timed
 `reps` times after one warm-up call, alternating the order; the table gives medians and the ratio
 FedCG / FedAvg (target ≤ 2×).
 Writes `benchmarks/results/<name>.{md,json}`.
@@ -88,14 +89,13 @@ def empty_state(context: Context) -> Context:
 def time_handlers(overrides: dict[str, Any], reps: int) -> dict[str, list[float]]:
     _, messages, context = variant_messages(overrides)
     messages["fedcg-new-teacher"] = messages["fedcg"]
-    contexts = {name: context for name in messages}
     times: dict[str, list[float]] = {name: [] for name in messages}
     for name, message in messages.items():  # warm-up: data loading, first-call allocations
         client_app(message, context)
     for rep in range(reps):
         order = list(messages) if rep % 2 == 0 else list(reversed(messages))
         for name in order:
-            ctx = empty_state(context) if name == "fedcg-new-teacher" else contexts[name]
+            ctx = empty_state(context) if name == "fedcg-new-teacher" else context
             start = time.perf_counter()
             reply = client_app(messages[name], ctx)
             times[name].append(time.perf_counter() - start)

@@ -10,8 +10,9 @@ whole test clients held out, some of them with an unseen rotation), the same bac
 clients per round and local epochs. Variants: `fedavg`, and FedCG with adjacency `distance` (eq.
 6–7 after the warm-up), `identity`, `uniform`, `random`, and `kmeans` (distance adjacency, domains
 from K-means of the client models instead of the teacher/student); `<adjacency>-centered` adds
-`fedcg.teacher-centering` (pseudo-domains from the teacher's logits minus their federated mean). Each FedCG run evaluates its
-test clients with both soft (student probabilities) and hard (argmax) domain weights.
+`fedcg.teacher-centering` (pseudo-domains from the teacher's logits minus their federated mean).
+Each FedCG run evaluates its test clients with both soft (student probabilities) and hard (argmax)
+domain weights.
 
 The global accuracy is over the union of the test clients' images (the paper's metric); it is split
 by true rotation and into seen / unseen domains from each run's per-client results (the same

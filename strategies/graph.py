@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
+from scipy.sparse import csr_matrix
 
 from strategies.neighbourhood_sums import SumTree
 
@@ -439,8 +440,9 @@ class GCNPropagation:
 
     Plans: graph-first = W = α·Â^L + (1−α)·I formed on the N×N graph, then ONE product W·V;
     rows-first = L products Â·X, then the α mix. Each with a dense (BLAS) or a sparse
-    (`strategies.spmm`, CSR) kernel. `auto` takes the plan of least modelled cost, in dense multiply-adds per column of V:
-    dense N² per product, sparse `SPARSE_COST_PER_NONZERO`·nnz (measured by benchmarks/sfl_scale.py).
+    (`strategies.spmm`, CSR) kernel. `auto` takes the plan of least modelled cost, in dense
+    multiply-adds per column of V: dense N² per product, sparse `SPARSE_COST_PER_NONZERO`·nnz
+    (measured by benchmarks/sfl_scale.py).
     So a dense graph goes graph-first/dense (one GEMM instead of L), a kNN graph rows-first/sparse
     (L·nnz(Â) < nnz(Â^L) once neighbourhoods overlap), and a graph whose Â^L stays sparse
     graph-first/sparse. V is processed in blocks of columns, all hops of a block at once, so a block
@@ -478,10 +480,9 @@ class GCNPropagation:
         else:
             self._step, self._steps = a, hops
         if self.sparse:
-            step = self._step.numpy()
-            rows_idx, cols_idx = np.nonzero(step)  # row-major order: CSR order
-            self._csr = (np.searchsorted(rows_idx, np.arange(n + 1)).astype(np.int64),
-                         cols_idx.astype(np.int64), step[rows_idx, cols_idx].astype(np.float32))
+            step = csr_matrix(self._step.numpy())
+            self._csr = (step.indptr.astype(np.int64), step.indices.astype(np.int64),
+                         step.data.astype(np.float32))
 
     def describe(self) -> str:
         return f"{self.order}/{'sparse' if self.sparse else 'dense'}"
