@@ -21,6 +21,7 @@ discovered client graph:
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -216,6 +217,10 @@ class FLT(PersonalizedStrategy):
         self.models.aggregate(self.personal, sorted(self._trained), self.num_examples)
         self._trained = []
         return None
+
+    def sample_size(self, online: int) -> int:
+        """⌈ρM⌉ clients per round (spec §3 Phase 3), at least one."""
+        return max(math.ceil(online * self.fraction_train - 1e-9), 1)
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: ClientGrid) -> Iterable[Message]:

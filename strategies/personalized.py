@@ -96,6 +96,11 @@ class PersonalizedStrategy(Strategy):
             self.layout = ParameterLayout.of(arrays)
             self.personal = self.layout.matrix(arrays, self.num_clients)
 
+    def sample_size(self, online: int) -> int:
+        """Clients trained per round out of `online`: max(1, ⌊ρ·online⌋), Flower's FedAvg rule (the
+        SFL spec's m = max(1, ⌊C·N⌋))."""
+        return max(int(online * self.fraction_train), 1)
+
     def summary(self) -> None:
         log.info("%s: %d clients, fraction-train %.2f", type(self).__name__, self.num_clients,
                  self.fraction_train)
@@ -105,9 +110,7 @@ class PersonalizedStrategy(Strategy):
     ) -> Iterable[Message]:
         self._bind(arrays, grid)
         config["server-round"] = server_round
-        online = grid.get_node_ids()
-        size = max(int(len(online) * self.fraction_train), 1)
-        sampled, _ = sample_nodes(grid, 1, size)
+        sampled, _ = sample_nodes(grid, 1, self.sample_size(len(grid.get_node_ids())))
         return [
             Message(self.train_content(c, arrays, config), dst_node_id=c,
                     message_type=self.train_message_type)

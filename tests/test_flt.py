@@ -17,7 +17,9 @@ from server_app.app import run
 from server_app.config import ConfigError, RunConfig
 from server_app.local_grid import LocalGrid
 from server_app.simulate import default_run_config, simulate
-from strategies.flt import form_client_relatedness, place_client, server_held_images
+from server_app.config import FLTSection
+from strategies.flt import FLT, form_client_relatedness, place_client, server_held_images
+from strategies.local import Local
 from strategies.messages import (
     AUTOENCODER, CENTROIDS, CENTROIDS_MU, CLIENT, ENCODER, METRICS, QUERY_FLT_EMBED, TRAIN_FLT_AE,
 )
@@ -69,6 +71,15 @@ def test_server_split_holds_no_client_sample():
                       (load_client_data(cfg.data_spec, c) for c in range(4))])
     distances = torch.cdist(images.flatten(1), held.flatten(1))
     assert float(distances.min()) > 0.0  # none of the server's images is a client's image
+
+
+@pytest.mark.parametrize("online,rho,flt_count,floor_count", [
+    (50, 0.2, 10, 10), (7, 0.2, 2, 1), (10, 0.3, 3, 3), (3, 0.1, 1, 1), (2400, 0.2, 480, 480)])
+def test_flt_samples_ceil_rho_m_clients(online, rho, flt_count, floor_count):
+    """Spec §3 Phase 3: ⌈ρM⌉ clients per round (the other personalized strategies: ⌊ρM⌋, ≥ 1)."""
+    flt = FLT(online, rho, FLTSection(), input_shape=(1, 28, 28))
+    assert flt.sample_size(online) == flt_count
+    assert Local(online, rho).sample_size(online) == floor_count
 
 
 def test_k_is_fixed_or_the_number_of_local_labels():
