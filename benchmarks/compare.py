@@ -40,6 +40,17 @@ PER_METHOD_KEYS = ("method", "run-name", "output-dir")
 log = logging.getLogger("bouquet.benchmarks")
 
 
+def log_progress() -> None:
+    """Print the benchmarks' progress lines (logger `bouquet.benchmarks`) to stderr, timestamped;
+    idempotent, so a script may call it whatever else it runs."""
+    if not log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+        log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+
+
 # --- --set key=value ------------------------------------------------------------------------------
 def parse_value(text: str) -> Any:
     """A run-config value the way Flower reads one (TOML: int, float, true/false, "quoted" string);
@@ -433,11 +444,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--runs-dir", default=None,
                         help="where each run's outputs go (default outputs/benchmarks/<name>)")
     args = parser.parse_args(argv)
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
-    log.addHandler(handler)
-    log.setLevel(logging.INFO)
-    log.propagate = False
+    log_progress()
     set_threads(args.threads)
     try:
         overrides = parse_set(args.set)

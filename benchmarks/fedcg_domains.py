@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.compare import (
-    RESULTS_DIR, RUNS_DIR, code_version, machine_facts, parse_set, plot_curves, provenance, read_rounds,
-    set_threads,
+    RESULTS_DIR, RUNS_DIR, code_version, log_progress, machine_facts, parse_set, plot_curves, provenance,
+    read_rounds, set_threads,
 )
 
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -199,10 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--reuse", action="store_true",
                         help="read variants whose run (same name and settings) already finished")
     args = parser.parse_args(argv)
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
-    log.addHandler(handler)
-    log.setLevel(logging.INFO)
+    log_progress()
     set_threads(1)
     from datasets.federated import load_partition
     from datasets.partition import heldout_test_clients
