@@ -14,10 +14,9 @@ from client_app.app import app as client_app
 from client_app.flt import local_k
 from models.autoencoder import ConvAutoencoder
 from server_app.app import run
-from server_app.config import ConfigError, RunConfig
+from server_app.config import ConfigError, FLTSection, RunConfig
 from server_app.local_grid import LocalGrid
 from server_app.simulate import default_run_config, simulate
-from server_app.config import FLTSection
 from strategies.flt import FLT, form_client_relatedness, place_client, server_held_images
 from strategies.local import Local
 from strategies.messages import (
