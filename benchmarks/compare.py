@@ -9,7 +9,8 @@ Writes `<results-dir>/<name>.md` (command, date, machine, common settings, one r
 `<name>.png` (personalized mean accuracy per round, from each run's rounds.jsonl; for a regression
 data set such as traffic, the MAE per round) and `<name>.json` (the raw summaries and curves). On a
 regression data set the table has MAE / MAPE / RMSE columns instead of accuracies. Each run's own
-outputs go to `outputs/benchmarks/<name>/<method>/`.
+outputs go to `outputs/benchmarks/<name>/<method>/`, and `outputs/benchmarks/<name>/report.html` shows
+the comparison (table, curves, links to each method's report.html).
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ import subprocess
 import sys
 import time
 import tomllib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO / "benchmarks" / "results"
@@ -49,6 +50,25 @@ def log_progress() -> None:
         log.addHandler(handler)
     log.setLevel(logging.INFO)
     log.propagate = False
+
+
+T = TypeVar("T")
+
+
+def progress(items: Sequence[T], description: str) -> Iterator[T]:
+    """Iterate `items` with a progress bar and time-remaining estimate on a terminal (rich, installed
+    with Flower) and, after each item, a progress line with the estimate (also in log files)."""
+    from rich.console import Console
+    from rich.progress import track
+
+    started, total = time.perf_counter(), len(items)
+    bar = track(items, description=description, total=total, console=Console(stderr=True),
+                disable=not sys.stderr.isatty())
+    for done, item in enumerate(bar, start=1):
+        yield item
+        elapsed = time.perf_counter() - started
+        log.info("%s: %d/%d done, %.0f s so far, about %.0f s left", description, done, total,
+                 elapsed, elapsed / done * (total - done))
 
 
 # --- --set key=value ------------------------------------------------------------------------------
@@ -187,6 +207,7 @@ def compare(
     the per-round records of rounds.jsonl reduced to round, seconds and accuracies).
     """
     from server_app.config import RunConfig
+    from server_app.report_page import write_comparison_report
     from server_app.simulate import default_run_config, simulate
 
     methods = list(methods)
@@ -198,7 +219,7 @@ def compare(
     started = datetime.now(timezone.utc)
 
     summaries = []
-    for method in methods:
+    for method in progress(methods, f"compare {name}"):
         run_overrides = {**overrides, "method": method, "output-dir": str(runs_dir),
                          "run-name": method}
         log.info("compare %s: running %s", name, method)
@@ -231,6 +252,12 @@ def compare(
         json.dumps({**meta, "summaries": summaries}, indent=2, default=str))
     (results_dir / f"{name}.md").write_text(markdown(meta, summaries))
     plot(summaries, results_dir / f"{name}.png", title=name)
+    report = write_comparison_report(
+        runs_dir / "report.html", name, command, columns_for(summaries),
+        [table_row(summary) for summary in summaries], results_dir / f"{name}.png",
+        {method: runs_dir / method / "report.html" for method in methods},
+        notes=f"Results table: {results_dir / name}.md")
+    log.info("compare %s: report %s", name, report)
     return summaries
 
 
@@ -459,6 +486,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for summary in summaries:
         print("| " + " | ".join(table_row(summary)) + " |")
     print(f"written: {Path(args.results_dir) / args.name}.md/.png/.json")
+    print(f"report: {Path(args.runs_dir or RUNS_DIR / args.name) / 'report.html'}")
     return 0
 
 

@@ -204,10 +204,10 @@ class FedCGSection(_Settings):
 class RunConfig(_Settings):
     """Every setting of a Bouquet run (see pyproject.toml `[tool.flwr.app.config]` for defaults)."""
 
-    method: str = "fedavg"
+    method: str = "sfl"
     dataset: str = "mnist"
     data_root: str | None = None
-    partition: str = "shards"
+    partition: str = "label-clusters"
     num_clients: int = Field(10, ge=1)
     num_rounds: int = Field(5, ge=1)
     fraction_train: float = Field(1.0, gt=0.0, le=1.0)
@@ -216,12 +216,12 @@ class RunConfig(_Settings):
     lr: float = Field(0.05, gt=0.0)
     momentum: float = Field(0.0, ge=0.0, lt=1.0)
     seed: int = Field(0, ge=0)
-    model: str = "cnn"
+    model: str = "mlp"
     device: Literal["auto", "cpu", "cuda"] = "auto"
     run_name: str = ""
     output_dir: str = "outputs"
     test_fraction: float = Field(0.2, gt=0.0, lt=1.0)
-    max_samples_per_client: int = Field(600, ge=0)
+    max_samples_per_client: int = Field(300, ge=0)
     shards_per_client: int = Field(2, ge=1)
     dirichlet_alpha: float = Field(0.5, gt=0.0)
     num_clusters: int = Field(5, ge=1)
@@ -352,7 +352,8 @@ class RunConfig(_Settings):
                     f"num-clusters × labels-per-cluster = {self.num_clusters} × "
                     f"{self.labels_per_cluster} exceeds the {classes} classes of '{self.dataset}'; "
                     "lower one of them")
-            if self.num_clusters > self.num_clients:
+            explicit = self.num_clusters != type(self).model_fields["num_clusters"].default
+            if self.num_clusters > self.num_clients and explicit:  # a default is capped
                 raise ValueError(f"num-clusters = {self.num_clusters} exceeds num-clients = "
                                  f"{self.num_clients}; every cluster needs a client")
         if self.aggregation != "mean":
@@ -434,7 +435,7 @@ class RunConfig(_Settings):
                 test_fraction=self.test_fraction,
                 alpha=self.dirichlet_alpha,
                 shards_per_client=self.shards_per_client,
-                num_clusters=self.num_clusters,
+                num_clusters=min(self.num_clusters, self.num_clients),  # capped default (checked above)
                 labels_per_cluster=self.labels_per_cluster,
                 power_law=self.power_law,
                 rotations=self.rotations,

@@ -1,6 +1,6 @@
 """Results of a run in `<output-dir>/<run-name>/`: config.json, rounds.jsonl (one line per round),
 clients.csv (final per-client metrics), summary.json, accuracy.png (accuracy per round; for regression
-the MAE per round) and a console summary table."""
+the MAE per round), report.html (server_app/report_page.py) and a console summary table."""
 
 from __future__ import annotations
 
@@ -14,6 +14,13 @@ from typing import Any
 import numpy as np
 
 log = logging.getLogger("flwr.bouquet")
+
+RESULTS_DIR = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+REFERENCE = "default-job"  # the committed comparison of the default job (README: Quick start)
+# Keys that name, place or pace a run without changing its numbers.
+RUN_KEYS = frozenset({"method", "run-name", "output-dir", "data-root", "device", "resume",
+                      "checkpoint-every", "round-timeout", "client-threads", "eval-every"})
+_MISSING = object()
 
 CURVES = (
     ("personalized.mean", "personalized mean"),
@@ -73,8 +80,12 @@ class RunRecorder:
                 writer.writerows(clients)
         (self.directory / "summary.json").write_text(json.dumps(summary, indent=2))
         self.plot()
-        log.info("%s", console_table(summary))
-        log.info("results written to %s", self.directory.resolve())
+        from server_app.report_page import write_run_report
+
+        report = write_run_report(self.directory)
+        log.info("%s\n%s", console_table(summary), comparison_hint(summary, self.config))
+        log.info("results written to %s (open %s in a browser)", self.directory.resolve(),
+                 report.name)
 
     def plot(self) -> None:
         import matplotlib
@@ -137,15 +148,73 @@ def save_matrix(directory: Path, name: str, matrix: np.ndarray, *, order: np.nda
     plt.close(fig)
 
 
+def comparison_hint(summary: dict[str, Any], config: dict[str, Any],
+                    results: Path = RESULTS_DIR) -> str:
+    """One line that puts the run's accuracy next to other methods on the same data and settings:
+    the committed comparison `results/<REFERENCE>.json` when its settings are this run's, otherwise
+    the `benchmarks.compare` command that measures them."""
+    reference = _matching_comparison(config, results / f"{REFERENCE}.json")
+    method = summary["method"]
+    if reference is not None and "personalized" in summary["final"]:
+        others = [(s["method"], (s["final"].get("personalized") or {}).get("mean"))
+                  for s in reference["summaries"] if s["method"] != method]
+        listed = ", ".join(f"{name} {value:.2f}" for name, value in others if value is not None)
+        return (f"  same data and settings, other methods (benchmarks/results/{REFERENCE}.md, "
+                f"personalized mean %): {listed}")
+    baselines = ",".join(dict.fromkeys([method, "fedavg", "local"]))
+    from server_app.simulate import default_run_config
+
+    defaults = default_run_config()
+    sets = " ".join(f"--set {key}={_set_value(value)}" for key, value in sorted(config.items())
+                    if key not in RUN_KEYS and defaults.get(key) != value and value is not None)
+    return (f"  compare with baselines on these settings: python -m benchmarks.compare "
+            f"--methods {baselines} {sets}{' ' if sets else ''}--name my-comparison")
+
+
+def _matching_comparison(config: dict[str, Any], path: Path) -> dict[str, Any] | None:
+    """The committed comparison at `path` if it ran the run's method with the run's settings (keys
+    that do not change the numbers, and other methods' keys, aside)."""
+    try:
+        reference = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    method = config.get("method", "")
+    if method not in reference.get("methods", []):
+        return None
+
+    def relevant(key: str) -> bool:
+        section = key.split(".")[0]
+        return key not in RUN_KEYS and ("." not in key or method.split("-")[0] == section)
+
+    settings = reference.get("settings", {})
+    same = all(settings.get(key, _MISSING) == value for key, value in config.items()
+               if relevant(key))
+    return reference if same else None
+
+
+def _set_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    return json.dumps(value) if isinstance(value, str) and (" " in value or not value) else str(value)
+
+
 def _column_order(name: str) -> tuple[int, str]:
     return (0 if name == "client-id" else 1, name)
 
 
 def console_table(summary: dict[str, Any]) -> str:
     """A short table of the final round for the console."""
+    title, rows = summary_rows(summary)
+    width = max(len(name) for name, _ in rows)
+    return "\n".join([title] + [f"  {name:<{width}}  {_fmt(value)}" for name, value in rows])
+
+
+def summary_rows(summary: dict[str, Any]) -> tuple[str, list[tuple[str, Any]]]:
+    """The title and the (name, value) rows of a run's summary table (console and report.html);
+    rows without a value are left out."""
     final = summary["final"]
     if "regression" in final:
-        return _regression_table(summary)
+        return _regression_rows(summary)
     pers = final.get("personalized") or {}
     rows = [
         ("method", summary["method"]),
@@ -156,11 +225,11 @@ def console_table(summary: dict[str, Any]) -> str:
         ("global accuracy (%)", final.get("global-accuracy")),
         ("global + local epochs (%)", (final.get("finetuned") or {}).get("mean")),
     ]
-    return _table("Bouquet run summary", rows, summary)
+    return _with_costs("Bouquet run summary", rows, summary)
 
 
-def _regression_table(summary: dict[str, Any]) -> str:
-    """The console table of a regression (traffic) run: errors averaged over clients."""
+def _regression_rows(summary: dict[str, Any]) -> tuple[str, list[tuple[str, Any]]]:
+    """The summary rows of a regression (traffic) run: errors averaged over clients."""
     final = summary["final"]
     reg = final["regression"]
     rows = [
@@ -172,19 +241,17 @@ def _regression_table(summary: dict[str, Any]) -> str:
         ("global model MAE / MAPE / RMSE", _triple(final.get("global-regression"))),
         ("global + local epochs MAE / MAPE / RMSE", _triple(final.get("finetuned-regression"))),
     ]
-    return _table("Bouquet run summary (regression: errors averaged over clients)", rows, summary)
+    return _with_costs("Bouquet run summary (regression: errors averaged over clients)", rows, summary)
 
 
-def _table(title: str, rows: list[tuple[str, Any]], summary: dict[str, Any]) -> str:
-    """Aligned `name  value` lines under a title, ending with the cost rows every run has."""
+def _with_costs(title: str, rows: list[tuple[str, Any]],
+                summary: dict[str, Any]) -> tuple[str, list[tuple[str, Any]]]:
+    """The title and the rows that have a value, ending with the cost rows every run has."""
     rows = rows + [
         ("bytes/round (down+up)", summary.get("bytes-per-round")),
         ("s/round (median)", summary.get("seconds-per-round")),
     ]
-    width = max(len(name) for name, _ in rows)
-    lines = [title]
-    lines += [f"  {name:<{width}}  {_fmt(value)}" for name, value in rows if value is not None]
-    return "\n".join(lines)
+    return title, [(name, value) for name, value in rows if value is not None]
 
 
 def _triple(errors: dict[str, float] | None, suffix: str = "") -> str | None:

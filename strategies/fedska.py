@@ -108,6 +108,7 @@ class FedSKA(PersonalizedStrategy):
     """FedSKA's server half (spec §3). Client models are rows of V (their last trained model)."""
 
     train_message_type = TRAIN_FEDSKA
+    _structure_seconds: float | None = None  # the last structure-learning fit (for the progress log)
 
     def __init__(self, num_clients: int, fraction_train: float, settings: FedSKASection, *,
                  seed: int, round_timeout: float, prior: np.ndarray | None = None,
@@ -213,7 +214,12 @@ class FedSKA(PersonalizedStrategy):
             if len(nodes) >= 2:
                 if self.structure is None:
                     self.structure = StructureModel(self.descriptors.shape[1], s, self.seed)
+                log.info("FedSKA: learning the client graph (%d denoising steps over %d clients; %s)",
+                         s.structure_steps, len(nodes), "no estimate yet" if self._structure_seconds
+                         is None else f"about {self._structure_seconds:.1f} s as last round")
+                started = time.perf_counter()
                 learned, losses = self.structure.fit(self.descriptors[nodes])
+                self._structure_seconds = time.perf_counter() - started
                 graph[nodes.unsqueeze(1), nodes.unsqueeze(0)] = learned
             if s.tau > 0:
                 graph = s.tau * self.prior_hat + (1.0 - s.tau) * graph

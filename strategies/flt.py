@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -250,6 +251,9 @@ class FLT(PersonalizedStrategy):
                         "alone until then)", QUERY_FLT_EMBED)
             return
         s = self.settings
+        first = "umap" not in sys.modules  # the first fit in a process compiles numba code
+        log.info("FLT: fitting UMAP on the centroids of %d clients (expect %s)", len(centroids),
+                 "10-30 s: numba compiles UMAP first" if first else "about 1 s")
         self.relatedness = form_client_relatedness(
             centroids, self.num_clients, gamma=s.gamma, distance=s.distance, clusters=s.clusters,
             umap_neighbors=s.umap_neighbors,

@@ -16,6 +16,7 @@ REPO = Path(__file__).resolve().parent.parent
 def tiny_run(tmp_path):
     """Overrides for a small, fast federation on scikit-learn digits, writing into tmp_path."""
     return {
+        "method": "fedavg",
         "dataset": "digits",
         "model": "mclr",
         "partition": "iid",
