@@ -156,11 +156,11 @@ def comparison_hint(summary: dict[str, Any], config: dict[str, Any],
     reference = _matching_comparison(config, results / f"{REFERENCE}.json")
     method = summary["method"]
     if reference is not None and "personalized" in summary["final"]:
-        others = [(s["method"], (s["final"].get("personalized") or {}).get("mean"))
-                  for s in reference["summaries"] if s["method"] != method]
-        listed = ", ".join(f"{name} {value:.2f}" for name, value in others if value is not None)
-        return (f"  same data and settings, other methods (benchmarks/results/{REFERENCE}.md, "
-                f"personalized mean %): {listed}")
+        listed = ", ".join(_reference_entry(s["method"], s["final"])
+                           for s in reference["summaries"] if s["method"] != method
+                           and (s["final"].get("personalized") or {}).get("mean") is not None)
+        return (f"  other methods, same data and settings (benchmarks/results/{REFERENCE}.md), "
+                f"personalized mean (%):\n    {listed}")
     baselines = ",".join(dict.fromkeys([method, "fedavg", "local"]))
     from server_app.simulate import default_run_config
 
@@ -169,6 +169,14 @@ def comparison_hint(summary: dict[str, Any], config: dict[str, Any],
                     if key not in RUN_KEYS and defaults.get(key) != value and value is not None)
     return (f"  compare with baselines on these settings: python -m benchmarks.compare "
             f"--methods {baselines} {sets}{' ' if sets else ''}--name my-comparison")
+
+
+def _reference_entry(method: str, final: dict[str, Any]) -> str:
+    """`fedavg 75.00 (+ local epochs 95.83)`: a method's personalized mean, and for a global-model
+    method also the global model fine-tuned locally."""
+    entry = f"{method} {final['personalized']['mean']:.2f}"
+    finetuned = (final.get("finetuned") or {}).get("mean")
+    return entry + (f" (+ local epochs {finetuned:.2f})" if finetuned is not None else "")
 
 
 def _matching_comparison(config: dict[str, Any], path: Path) -> dict[str, Any] | None:
@@ -206,7 +214,7 @@ def console_table(summary: dict[str, Any]) -> str:
     """A short table of the final round for the console."""
     title, rows = summary_rows(summary)
     width = max(len(name) for name, _ in rows)
-    return "\n".join([title] + [f"  {name:<{width}}  {_fmt(value)}" for name, value in rows])
+    return "\n".join([title] + [f"  {name:<{width}}  {format_value(value)}" for name, value in rows])
 
 
 def summary_rows(summary: dict[str, Any]) -> tuple[str, list[tuple[str, Any]]]:
@@ -266,7 +274,8 @@ def _pair(a: float | None, b: float | None) -> str | None:
     return None if a is None or b is None else f"{a:.2f} / {b:.2f}"
 
 
-def _fmt(value: Any) -> str:
+def format_value(value: Any) -> str:
+    """A summary value as the console and report.html show it."""
     if isinstance(value, float):
         return f"{value:.2f}"
     if isinstance(value, int) and value >= 10_000:

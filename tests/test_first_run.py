@@ -1,0 +1,135 @@
+"""A newcomer's first run, as the README describes it: the quick start fits one screen, CI runs its
+install and test commands, and its main command (run verbatim in a copy of the repository with a
+private FLWR_HOME and its own local-SuperLink port) streams the run, ends with the summary table and
+the results path, and leaves a report.html whose every picture is there."""
+
+import base64
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+from tests.test_e2e_flwr_run import _free_port
+
+README = REPO / "README.md"
+QUICK_START_MAX_LINES = 40
+BIN = Path(sys.executable).parent
+
+
+def quick_start_commands() -> dict[str, str]:
+    """The install, main and test commands of the README's quick start (its first bash block):
+    `{"install": ..., "main": ..., "test": ...}`, each without its trailing comment."""
+    text = README.read_text()
+    block = re.search(r"^## Quick start\n.*?```bash\n(.*?)```", text, re.S | re.M)
+    assert block, "README has no '## Quick start' section with a bash block"
+    commands = {}
+    for line in block.group(1).splitlines():
+        command = line.split("  #")[0].strip()
+        for name, prefix in (("install", "pip install"), ("main", "flwr run"), ("test", "pytest")):
+            if command.startswith(prefix):
+                commands.setdefault(name, command)
+    assert set(commands) == {"install", "main", "test"}, commands
+    return commands
+
+
+def test_quick_start_fits_one_screen_before_the_first_table():
+    lines = README.read_text().splitlines()
+    first_table = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    assert first_table <= QUICK_START_MAX_LINES, (
+        f"{first_table} lines of README before its first table (at most {QUICK_START_MAX_LINES})")
+    assert "## Quick start" in lines[:first_table]
+
+
+def test_ci_runs_exactly_the_readme_install_and_test_commands():
+    commands = quick_start_commands()
+    steps = [line.strip() for line in (REPO / ".ci" / "run").read_text().splitlines()
+             if line.strip() and not line.lstrip().startswith(("#", "set ", "cd ", "export "))]
+    assert steps == [commands["install"], commands["test"]]
+    assert commands["main"] == "flwr run . --stream"
+
+
+def _pids_started_with(argument: str) -> list[int]:
+    """PIDs of processes whose command line contains `argument` (a path only this test uses)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and argument in (proc / "cmdline").read_text().replace("\0", " "):
+                pids.append(int(proc.name))
+        except OSError:
+            continue
+    return pids
+
+
+def _stop_local_superlink(flwr_home: Path) -> None:
+    """Stop the local SuperLink `flwr run` started for this FLWR_HOME (and its session: executors,
+    Ray) by its PID: the one process whose --database lies in that private folder."""
+    for pid in _pids_started_with(str(flwr_home / "local-superlink" / "state.db")):
+        try:
+            os.killpg(pid, signal.SIGTERM)  # detached: it leads its own session
+        except ProcessLookupError:
+            pass
+
+
+def referenced_images(report: Path) -> tuple[list[bytes], list[Path], list[str]]:
+    """(embedded PNGs, relatively linked files, data-file names of the embedded PNGs) of a page."""
+    page = report.read_text()
+    embedded, linked = [], []
+    for src in re.findall(r'<img src="([^"]+)"', page):
+        if src.startswith("data:image/png;base64,"):
+            embedded.append(base64.b64decode(src.split(",", 1)[1], validate=True))
+        else:
+            linked.append(report.parent / src)
+    linked += [report.parent / href for href in re.findall(r'<a href="([^"]+\.(?:png|html))"', page)]
+    assert not re.search(r'(src|href)="(https?:)?//', page), "the page must not need the network"
+    return embedded, linked, re.findall(r'data-file="([^"]+)"', page)
+
+
+@pytest.mark.e2e
+def test_readme_main_command_streams_the_run_and_writes_a_report(tmp_path):
+    main = quick_start_commands()["main"]
+    checkout = tmp_path / "bouquet"
+    shutil.copytree(REPO, checkout, ignore=shutil.ignore_patterns(
+        ".git", "outputs", "__pycache__", ".pytest_cache", "*.egg-info", "certs", "keys"))
+    flwr_home = tmp_path / "flwr-home"
+    env = {**os.environ, "FLWR_HOME": str(flwr_home), "PYTHONPATH": str(checkout),
+           "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+           "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(_free_port()),
+           "FLWR_LOCAL_CONTROL_API_PORT": str(_free_port()),
+           "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1"}
+    try:
+        result = subprocess.run(["bash", "-c", main], cwd=checkout, env=env, capture_output=True,
+                                text=True, timeout=600)
+        output = result.stdout + result.stderr
+        listing = subprocess.run([str(BIN / "flwr"), "list", "--format", "json"], cwd=checkout,
+                                 env=env, capture_output=True, text=True, timeout=60)
+    finally:
+        _stop_local_superlink(flwr_home)
+    assert result.returncode == 0, output[-3000:]
+    assert [run["status"] for run in json.loads(listing.stdout)["runs"]] == ["finished:completed"]
+
+    assert "Bouquet run summary" in output
+    assert re.search(r"personalized mean \(%\)\s+\d+\.\d\d", output)
+    assert re.search(r"other methods, same data and settings .*\n\s+fedavg \d+\.\d\d", output)
+    found = re.search(r"results written to (\S+)", output)
+    assert found, output[-3000:]
+    results = Path(found.group(1))
+    assert results.parent == checkout / "outputs"
+    summary = json.loads((results / "summary.json").read_text())
+    assert summary["method"] == "sfl" and summary["final"]["round"] == summary["rounds"]
+
+    report = results / "report.html"
+    embedded, linked, names = referenced_images(report)
+    assert all(png.startswith(b"\x89PNG\r\n\x1a\n") for png in embedded)
+    assert all(path.is_file() for path in linked), [p for p in linked if not p.is_file()]
+    assert sorted(names) == sorted(p.name for p in results.glob("*.png"))  # every picture shown
+    assert {"accuracy.png", "graph.png"} <= set(names)
+    page = report.read_text()
+    assert f"{summary['final']['personalized']['mean']:.2f}" in page
+    assert page.count("<tr>") >= summary["num-clients"] + summary["rounds"] + 1
