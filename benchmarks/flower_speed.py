@@ -43,7 +43,8 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp.strategy import FedAvg
 from torch.nn import functional as F
 
-from benchmarks.compare import RESULTS_DIR, code_version, machine_facts, provenance, set_threads
+from benchmarks.compare import (RESULTS_DIR, code_version, machine_facts, progress, provenance,
+                                set_threads)
 from datasets.federated import DataSpec, load_client_data
 from models import build_model
 from server_app.config import RunConfig
@@ -209,7 +210,7 @@ def measure(clients: Sequence[int], rounds: int, reps: int, base: dict[str, Any]
             output_dir: Path) -> dict[int, dict[str, Any]]:
     warm_up(clients, base, output_dir)
     timings: dict[int, dict[str, Any]] = {}
-    for n in clients:
+    for n in progress(list(clients), "flower_speed"):
         config = run_config(n, rounds, base)
         per = {"bouquet": [], "flower": [], "bouquet-runs": [], "flower-runs": []}
         for rep in range(reps):

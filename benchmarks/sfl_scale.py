@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from benchmarks.compare import log_progress, progress
 from strategies import spmm
 from strategies.graph import (
     DENSE_COLUMN_BLOCK, SPARSE_COST_PER_NONZERO, GCNPropagation, knn_graph, row_normalize,
@@ -76,7 +77,7 @@ def measure(clients: Sequence[int], params: Sequence[int], *, hops: Sequence[int
     GCNPropagation(row_normalize(np.ones((2, 2))), 2, 0.5, "rows-first", True).apply(
         torch.zeros(2, 64))  # compile the sparse kernel (numba) outside the timings
     rows: list[dict[str, Any]] = []
-    for n, p, steps in itertools.product(clients, params, hops):
+    for n, p, steps in progress(list(itertools.product(clients, params, hops)), "sfl_scale"):
         rows += _measure_case(n, p, steps, alpha=alpha, k=k, reps=reps, slow=slow,
                               skip_above=skip_above, seed=seed, log=log)
     return rows
@@ -228,6 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--name", default="sfl-scale")
     parser.add_argument("--results-dir", default=str(RESULTS_DIR))
     args = parser.parse_args(argv)
+    log_progress()
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     from benchmarks.compare import code_version, machine_facts

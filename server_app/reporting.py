@@ -153,7 +153,7 @@ def comparison_hint(summary: dict[str, Any], config: dict[str, Any],
     """One line that puts the run's accuracy next to other methods on the same data and settings:
     the committed comparison `results/<REFERENCE>.json` when its settings are this run's, otherwise
     the `benchmarks.compare` command that measures them."""
-    reference = _matching_comparison(config, results / f"{REFERENCE}.json")
+    reference = matching_comparison(config, results / f"{REFERENCE}.json")
     method = summary["method"]
     if reference is not None and "personalized" in summary["final"]:
         listed = ", ".join(_reference_entry(s["method"], s["final"])
@@ -179,7 +179,7 @@ def _reference_entry(method: str, final: dict[str, Any]) -> str:
     return entry + (f" (+ local epochs {finetuned:.2f})" if finetuned is not None else "")
 
 
-def _matching_comparison(config: dict[str, Any], path: Path) -> dict[str, Any] | None:
+def matching_comparison(config: dict[str, Any], path: Path) -> dict[str, Any] | None:
     """The committed comparison at `path` if it ran the run's method with the run's settings (keys
     that do not change the numbers, and other methods' keys, aside)."""
     try:

@@ -15,6 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.compare import compare
+from server_app.config import RunConfig
+from server_app.reporting import REFERENCE, RESULTS_DIR, matching_comparison, comparison_hint
+from server_app.simulate import default_run_config
 from tests.conftest import REPO
 from tests.test_e2e_flwr_run import _free_port
 
@@ -53,6 +57,37 @@ def test_ci_runs_exactly_the_readme_install_and_test_commands():
              if line.strip() and not line.lstrip().startswith(("#", "set ", "cd ", "export "))]
     assert steps == [commands["install"], commands["test"]]
     assert commands["main"] == "flwr run . --stream"
+
+
+def test_the_committed_default_job_comparison_has_the_default_settings():
+    """The default job's summary quotes benchmarks/results/default-job.json only while that
+    comparison ran today's defaults; a changed default needs the comparison run again."""
+    config = RunConfig.from_flower(default_run_config()).flat()
+    assert matching_comparison(config, RESULTS_DIR / f"{REFERENCE}.json") is not None, (
+        "defaults changed: run `python -m benchmarks.compare --methods sfl,fedavg,local,flt,ifca "
+        "--name default-job` and update the README's tables")
+
+
+def test_a_comparison_writes_a_report_linking_each_run_report_and_the_hint_uses_it(tmp_path):
+    settings = {"dataset": "synthetic", "partition": "label-clusters", "num-clusters": 2,
+                "num-clients": 4, "num-rounds": 1, "model": "mclr", "max-samples-per-client": 40}
+    results, runs = tmp_path / "results", tmp_path / "runs"
+    summaries = compare(["sfl", "fedavg"], settings, REFERENCE, results_dir=results, runs_dir=runs)
+
+    embedded, linked, names = referenced_images(runs / "report.html")
+    assert len(embedded) == 1 and names == [f"{REFERENCE}.png"]
+    assert sorted(linked) == [runs / "fedavg" / "report.html", runs / "sfl" / "report.html"]
+    assert all(path.is_file() for path in linked)
+    sfl_embedded, _, sfl_names = referenced_images(runs / "sfl" / "report.html")
+    assert sorted(sfl_names) == ["accuracy.png", "graph.png"] and len(sfl_embedded) == 2
+
+    config = json.loads((runs / "sfl" / "config.json").read_text())
+    fedavg = summaries[1]["final"]["personalized"]["mean"]
+    hint = comparison_hint(summaries[0], config, results=results)
+    assert f"fedavg {fedavg:.2f}" in hint and "sfl " not in hint.split("\n")[1]
+    changed = comparison_hint(summaries[0], {**config, "num-rounds": 3}, results=results)
+    assert "python -m benchmarks.compare --methods sfl,fedavg,local" in changed
+    assert "--set num-rounds=3" in changed and "--set num-clients=4" in changed
 
 
 def _pids_started_with(argument: str) -> list[int]:
