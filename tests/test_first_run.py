@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,15 @@ def test_ci_runs_exactly_the_readme_install_and_test_commands():
              if line.strip() and not line.lstrip().startswith(("#", "set ", "cd ", "export "))]
     assert steps == [commands["install"], commands["test"]]
     assert commands["main"] == "flwr run . --stream"
+
+
+def test_no_per_run_dependency_install():
+    """Flower's local SuperLink `uv sync`s an app's dependencies for every run; Bouquet excludes them
+    all (it runs in the environment it was installed into), or a first run downloads them."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    names = {re.split(r"[<>=!~\[ ;]", dep, maxsplit=1)[0].lower()
+             for dep in project["project"]["dependencies"]}
+    assert names <= set(project["tool"]["uv"]["exclude-dependencies"])
 
 
 def test_the_committed_default_job_comparison_has_the_default_settings():
