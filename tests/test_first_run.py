@@ -8,7 +8,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tomllib
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.compare import compare
+from benchmarks.first_run import quick_start, stop_local_superlink
 from server_app.config import RunConfig
 from server_app.reporting import REFERENCE, RESULTS_DIR, matching_comparison, comparison_hint
 from server_app.simulate import default_run_config
@@ -28,22 +28,6 @@ QUICK_START_MAX_LINES = 40
 BIN = Path(sys.executable).parent
 
 
-def quick_start_commands() -> dict[str, str]:
-    """The install, main and test commands of the README's quick start (its first bash block):
-    `{"install": ..., "main": ..., "test": ...}`, each without its trailing comment."""
-    text = README.read_text()
-    block = re.search(r"^## Quick start\n.*?```bash\n(.*?)```", text, re.S | re.M)
-    assert block, "README has no '## Quick start' section with a bash block"
-    commands = {}
-    for line in block.group(1).splitlines():
-        command = line.split("  #")[0].strip()
-        for name, prefix in (("install", "pip install"), ("main", "flwr run"), ("test", "pytest")):
-            if command.startswith(prefix):
-                commands.setdefault(name, command)
-    assert set(commands) == {"install", "main", "test"}, commands
-    return commands
-
-
 def test_quick_start_fits_one_screen_before_the_first_table():
     lines = README.read_text().splitlines()
     first_table = next(i for i, line in enumerate(lines) if line.startswith("|"))
@@ -53,7 +37,7 @@ def test_quick_start_fits_one_screen_before_the_first_table():
 
 
 def test_ci_runs_exactly_the_readme_install_and_test_commands():
-    commands = quick_start_commands()
+    commands = quick_start()
     steps = [line.strip() for line in (REPO / ".ci" / "run").read_text().splitlines()
              if line.strip() and not line.lstrip().startswith(("#", "set ", "cd ", "export "))]
     assert steps == [commands["install"], commands["test"]]
@@ -100,28 +84,6 @@ def test_a_comparison_writes_a_report_linking_each_run_report_and_the_hint_uses_
     assert "--set num-rounds=3" in changed and "--set num-clients=4" in changed
 
 
-def _pids_started_with(argument: str) -> list[int]:
-    """PIDs of processes whose command line contains `argument` (a path only this test uses)."""
-    pids = []
-    for proc in Path("/proc").iterdir():
-        try:
-            if proc.name.isdigit() and argument in (proc / "cmdline").read_text().replace("\0", " "):
-                pids.append(int(proc.name))
-        except OSError:
-            continue
-    return pids
-
-
-def _stop_local_superlink(flwr_home: Path) -> None:
-    """Stop the local SuperLink `flwr run` started for this FLWR_HOME (and its session: executors,
-    Ray) by its PID: the one process whose --database lies in that private folder."""
-    for pid in _pids_started_with(str(flwr_home / "local-superlink" / "state.db")):
-        try:
-            os.killpg(pid, signal.SIGTERM)  # detached: it leads its own session
-        except ProcessLookupError:
-            pass
-
-
 def referenced_images(report: Path) -> tuple[list[bytes], list[Path], list[str]]:
     """(embedded PNGs, relatively linked files, data-file names of the embedded PNGs) of a page."""
     page = report.read_text()
@@ -138,7 +100,7 @@ def referenced_images(report: Path) -> tuple[list[bytes], list[Path], list[str]]
 
 @pytest.mark.e2e
 def test_readme_main_command_streams_the_run_and_writes_a_report(tmp_path):
-    main = quick_start_commands()["main"]
+    main = quick_start()["main"]
     checkout = tmp_path / "bouquet"
     shutil.copytree(REPO, checkout, ignore=shutil.ignore_patterns(
         ".git", "outputs", "__pycache__", ".pytest_cache", "*.egg-info", "certs", "keys"))
@@ -155,7 +117,7 @@ def test_readme_main_command_streams_the_run_and_writes_a_report(tmp_path):
         listing = subprocess.run([str(BIN / "flwr"), "list", "--format", "json"], cwd=checkout,
                                  env=env, capture_output=True, text=True, timeout=60)
     finally:
-        _stop_local_superlink(flwr_home)
+        stop_local_superlink(flwr_home)
     assert result.returncode == 0, output[-3000:]
     assert [run["status"] for run in json.loads(listing.stdout)["runs"]] == ["finished:completed"]
 
