@@ -8,6 +8,7 @@ import csv
 import json
 import logging
 import math
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -150,7 +151,7 @@ def save_matrix(directory: Path, name: str, matrix: np.ndarray, *, order: np.nda
 
 def comparison_hint(summary: dict[str, Any], config: dict[str, Any],
                     results: Path = RESULTS_DIR) -> str:
-    """One line that puts the run's accuracy next to other methods on the same data and settings:
+    """Lines that put the run's accuracy next to other methods on the same data and settings:
     the committed comparison `results/<REFERENCE>.json` when its settings are this run's, otherwise
     the `benchmarks.compare` command that measures them."""
     reference = matching_comparison(config, results / f"{REFERENCE}.json")
@@ -162,10 +163,12 @@ def comparison_hint(summary: dict[str, Any], config: dict[str, Any],
         return (f"  other methods, same data and settings (benchmarks/results/{REFERENCE}.md), "
                 f"personalized mean (%):\n    {listed}")
     baselines = ",".join(dict.fromkeys([method, "fedavg", "local"]))
+    from benchmarks.compare import format_value as set_value
     from server_app.simulate import default_run_config
 
     defaults = default_run_config()
-    sets = " ".join(f"--set {key}={_set_value(value)}" for key, value in sorted(config.items())
+    sets = " ".join("--set " + shlex.quote(f"{key}={set_value(value)}")
+                    for key, value in sorted(config.items())
                     if key not in RUN_KEYS and defaults.get(key) != value and value is not None)
     return (f"  compare with baselines on these settings: python -m benchmarks.compare "
             f"--methods {baselines} {sets}{' ' if sets else ''}--name my-comparison")
@@ -198,12 +201,6 @@ def matching_comparison(config: dict[str, Any], path: Path) -> dict[str, Any] | 
     same = all(settings.get(key, _MISSING) == value for key, value in config.items()
                if relevant(key))
     return reference if same else None
-
-
-def _set_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return str(value).lower()
-    return json.dumps(value) if isinstance(value, str) and (" " in value or not value) else str(value)
 
 
 def _column_order(name: str) -> tuple[int, str]:
