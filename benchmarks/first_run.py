@@ -8,7 +8,8 @@ install command there, then its main command (`flwr run . --stream`) twice from 
 environment first on PATH and a private FLWR_HOME and local-SuperLink ports (so no SuperLink of
 another user is reused), and stops that SuperLink by its PID. Records wall times, the 1-minute load
 average before and after each step (the machine may be shared) and the run's final accuracy, in
-`benchmarks/results/<name>.md/.json`. `--reuse-venv DIR` skips the install (times the runs only).
+`benchmarks/results/<name>.md/.json`. `--reuse-venv DIR` skips the install (times the runs only);
+`--workdir DIR` keeps the copy, the environment and the logs.
 """
 
 from __future__ import annotations
@@ -136,13 +137,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results-dir", default=str(RESULTS_DIR))
     parser.add_argument("--reuse-venv", type=Path, default=None,
                         help="an environment where the quick start's install already ran")
+    parser.add_argument("--workdir", type=Path, default=None,
+                        help="an empty folder to work in, kept afterwards (default: a temporary one)")
     args = parser.parse_args(argv)
     from benchmarks.compare import log_progress
 
     log_progress()
     started = datetime.now(timezone.utc)
-    with tempfile.TemporaryDirectory(prefix="bouquet-first-run-") as tmp:
-        result = measure(Path(tmp), args.reuse_venv)
+    if args.workdir is not None:
+        result = measure(args.workdir, args.reuse_venv)
+    else:
+        with tempfile.TemporaryDirectory(prefix="bouquet-first-run-") as tmp:
+            result = measure(Path(tmp), args.reuse_venv)
     meta = {"name": args.name, "command": "python -m benchmarks.first_run " + shlex.join(argv),
             "date": started.strftime("%Y-%m-%d %H:%M UTC"), "machine": machine_facts(),
             "code": code_version()}
