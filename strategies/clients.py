@@ -12,6 +12,7 @@ came from.
 from __future__ import annotations
 
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -23,6 +24,29 @@ from strategies.messages import IDENTIFY, IdentifyReply, IdentifyRequest, with_c
 from strategies.validation import INVALID_REPLY, ReplyValidator
 
 log = logging.getLogger(__name__)
+
+POLL_INTERVAL = 0.15  # s between pulls of outstanding replies (Flower's Grid.send_and_receive: 3 s)
+
+
+def push_and_pull(grid: Grid, messages: list[Message], timeout: float,
+                  poll_interval: float = POLL_INTERVAL) -> list[Message]:
+    """`Grid.send_and_receive` with a short poll: push `messages`, then pull their replies every
+    `poll_interval` s until all have arrived or `timeout` s have passed. A reply that arrives later
+    is never pulled (it is ignored, as Flower's own loop ignores it); replies to other messages are
+    dropped."""
+    deadline = time.monotonic() + timeout
+    outstanding = {message_id for message_id in grid.push_messages(messages) if message_id}
+    replies: list[Message] = []
+    while outstanding:
+        for reply in grid.pull_messages(sorted(outstanding)):
+            if reply.metadata.reply_to_message_id in outstanding:
+                outstanding.discard(reply.metadata.reply_to_message_id)
+                replies.append(reply)
+        left = deadline - time.monotonic()
+        if not outstanding or left <= 0:
+            break
+        time.sleep(min(poll_interval, left))
+    return replies
 
 
 @dataclass(frozen=True)
@@ -78,7 +102,7 @@ class ClientGrid:
                 ).config()}
             )
             messages = [Message(request, dst_node_id=n, message_type=IDENTIFY) for n in new]
-            replies = list(self.grid.send_and_receive(messages, timeout=timeout))
+            replies = push_and_pull(self.grid, messages, timeout)
             sent_to = {m.metadata.message_id: m.metadata.dst_node_id for m in messages}
             for reply in replies:
                 node = sent_to.get(reply.metadata.reply_to_message_id, reply.metadata.src_node_id)
@@ -133,7 +157,7 @@ class ClientGrid:
             routed.append((client, out))
         if not routed:
             return []
-        replies = list(self.grid.send_and_receive([m for _, m in routed], timeout=timeout))
+        replies = push_and_pull(self.grid, [m for _, m in routed], timeout)
         requests = {}
         for client, out in routed:
             self._client_of_message[out.metadata.message_id] = client
