@@ -251,7 +251,7 @@ COMPONENTS: list[tuple[str, list[tuple[str, str]]]] = [
     ("Bouquet: ClientGrid routing + byte counting", [("strategies/clients.py", "send_and_receive")]),
     ("Bouquet: identify refresh per round", [("strategies/clients.py", "refresh")]),
     ("Bouquet: per-client metrics summary", [("server_app/metrics.py", "accuracy_summary")]),
-    ("Bouquet: rounds.jsonl + console log", [("server_app/runner.py", "_close_round")]),
+    ("Bouquet: rounds.jsonl + console log", [("server_app/runner.py", "_record_round")]),
 ]
 
 
