@@ -33,7 +33,7 @@ from typing import Any
 from benchmarks.compare import code_version, machine_facts
 from server_app import deploy
 from server_app.loopback import LoopbackFederation
-from server_app.outcome import check_run
+from server_app.outcome import RunFailedError, check_run
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
@@ -51,6 +51,10 @@ METHOD_SETTINGS = {  # small but complete settings of the graph methods for 3 cl
               "fedcg.domain-stride": 2},
     "fedska": {"partition": "shards"},
 }
+
+
+FAILURES: list[dict] = []  # runs Flower ended as failed (each retried once)
+ARGS: argparse.Namespace | None = None
 
 
 def load() -> float:
@@ -88,14 +92,22 @@ def flower_run(fed: LoopbackFederation, rounds: int, out: Path) -> dict[str, Any
 
 
 def measure(side: str, go, rows: list[dict], **meta) -> dict:
+    """Run `go` (one `flwr run`); a run that Flower ends as failed is noted and retried once."""
     before = load()
     print(f"{side} {meta} (load {before:.1f}) ...", flush=True)
-    result = go()
+    try:
+        result = go()
+    except RunFailedError as err:
+        first_line = str(err).splitlines()[0]
+        print(f"  failed, retrying once: {first_line}", flush=True)
+        FAILURES.append({"side": side, **meta, "load-before": before, "error": first_line})
+        result = go()
     row = {"side": side, **meta, "load-before": before, "load-after": load(), **result,
            "median": statistics.median(result["seconds"])}
     rows.append(row)
     print(f"  {row['median']:.2f} s/round, rounds {[round(s, 2) for s in row['seconds']]}, "
           f"wall {row['wall']:.0f} s, load {before:.1f} -> {row['load-after']:.1f}", flush=True)
+    save(rows)
     return row
 
 
@@ -150,10 +162,24 @@ def report(rows: list[dict], args: argparse.Namespace) -> str:
             f"{', '.join(f'{s:.1f}' for s in r['seconds'])} | "
             f"{', '.join(str(p) for p in r['phases'])} | {accuracy} | {r['wall']:.0f} | "
             f"{r['load-before']:.1f} → {r['load-after']:.1f} |")
+    for failure in FAILURES:
+        lines.append(f"\nFailed and retried: {failure['side']} (load {failure['load-before']:.1f}): "
+                     f"{failure['error']}")
     return "\n".join(lines) + "\n"
 
 
+def save(rows: list[dict]) -> None:
+    """Write the results so far (after every run, so an interrupted session keeps its table)."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{ARGS.name}.json").write_text(json.dumps(
+        {"rows": rows, "failures": FAILURES, "job": JOB, "machine": machine_facts(),
+         "code": code_version(),
+         "command": "python -m benchmarks.deploy_speed " + " ".join(sys.argv[1:])}, indent=2) + "\n")
+    (RESULTS / f"{ARGS.name}.md").write_text(report(rows, ARGS))
+
+
 def main() -> None:
+    global ARGS
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--name", default="deploy-speed-side-by-side")
     parser.add_argument("--pairs", type=int, default=3)
@@ -161,19 +187,14 @@ def main() -> None:
     parser.add_argument("--methods", nargs="*", default=["flt", "sfl", "fedcg", "fedska"])
     parser.add_argument("--default-poll", action="store_true",
                         help="also one pair with Flower's default executor poll (1.0 s)")
-    args = parser.parse_args()
+    args = ARGS = parser.parse_args()
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="bouquet-deploy-speed-") as tmp:
         session(Path(tmp), None, args.pairs, args.rounds, args.methods, rows)
         if args.default_poll:
             session(Path(tmp), "1.0", 1, args.rounds, [], rows)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{args.name}.json").write_text(json.dumps(
-        {"rows": rows, "job": JOB, "machine": machine_facts(), "code": code_version(),
-         "command": "python -m benchmarks.deploy_speed " + " ".join(sys.argv[1:])}, indent=2) + "\n")
-    text = report(rows, args)
-    (RESULTS / f"{args.name}.md").write_text(text)
-    print(text)
+    save(rows)
+    print(report(rows, args))
 
 
 if __name__ == "__main__":

@@ -91,3 +91,17 @@ def test_a_record_identical_in_both_halves_travels_once():
     assert dict(trained.content[METRICS]) == {"train-loss": 1.5}
     assert dict(evaluated.content[METRICS]) == {"correct": 3}
     assert evaluated.metadata.message_type == "evaluate.ifca"
+
+
+def test_a_fused_checkpoint_resumes_unfused_to_the_same_numbers(tiny_run, tmp_path):
+    """The checkpoint of a fused run holds the round whose evaluation was still due; a resumed run
+    evaluates it first, whichever way it sends evaluations."""
+    base = {**tiny_run, "method": "ditto", "num-rounds": 3}
+    full = simulate({**base, "run-name": "full"})
+    simulate({**base, "num-rounds": 1, "run-name": "cut"})
+    resumed = simulate({**base, "run-name": "cut", "resume": True, "fuse-evaluate": False})
+    assert resumed["final"] == full["final"]
+    rounds = [json.loads(line) for line in (tmp_path / "cut" / "rounds.jsonl").read_text().splitlines()]
+    full_rounds = [json.loads(line) for line in
+                   (tmp_path / "full" / "rounds.jsonl").read_text().splitlines()]
+    assert [_values(r) for r in rounds] == [_values(r) for r in full_rounds]
