@@ -1,179 +1,200 @@
-"""Deployment speed: wall time per round of fedavg with 3 real SuperNodes (TLS + node auth, on
-loopback) against the same configuration in Flower's simulation runtime, and where the time goes.
+"""Deployment speed: Bouquet's fedavg against a minimal Flower FedAvg app on the same deployment.
 
-    python -m benchmarks.deploy_speed --name deploy-speed [--rounds 5] [--set key=value ...]
+    python -m benchmarks.deploy_speed --name deploy-speed-side-by-side [--pairs 3] [--rounds 5]
+        [--methods flt sfl fedcg fedska] [--default-poll]
 
-Configurations (each one `flwr run` of the same job):
-- `simulation`: a `flower-superlink --simulation` with 3 simulated SuperNodes (Ray), 1 CPU each;
-- `deployed`: `server_app.loopback` (the README's deployment) with Flower's defaults;
-- `deployed, poll 0.1 s`: the same with `FLWR_SUPEREXEC_TASK_POLL_INTERVAL=0.1` for the executors.
-Per round = the median of the `seconds` of rounds 1..R in rounds.jsonl (train + evaluate exchange).
-Components measured on this machine: a fresh Python importing torch, importing the whole ClientApp
-(`client_app.app`: torch, scikit-learn, ...), and the polling intervals of Flower 1.39 read from its
-source. Writes benchmarks/results/<name>.md and .json.
+One `server_app.loopback` deployment (SuperLink + 3 SuperNodes, TLS + SuperNode auth, on loopback,
+the README's command lines) serves every run of the session. Runs alternate: Bouquet `fedavg`, then
+the minimal Flower app (`benchmarks/minimal_flower_app`: Flower's own `FedAvg` and `start()`, the same
+torch CNN, digits data, samples per client and local epoch, no Bouquet code), `--pairs` times with
+the order swapped every pair. Then each of `--methods` once. With `--default-poll` a second
+deployment with Flower's default executor poll (1.0 s) runs one more pair, to measure that setting.
+
+Seconds per round: Bouquet's `seconds` of rounds 1..R from rounds.jsonl (a round = its one phase,
+which also carries the previous round's evaluation; the last round includes the final evaluation);
+Flower's from the wall-clock start of each round's `configure_train` to the next (the last to the end
+of `start()`), so a round is its train and evaluate phases. Medians over rounds, then over runs; the
+ratio is median Bouquet / median Flower. The 1-minute load average is recorded before every run.
+Writes benchmarks/results/<name>.md and .json.
 """
 
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import os
-import re
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-from benchmarks.compare import code_version, machine_facts, parse_set
-from server_app.loopback import BIN, LoopbackFederation, free_port
-from server_app.outcome import check_run, run_config_arg
+from benchmarks.compare import code_version, machine_facts
+from server_app import deploy
+from server_app.loopback import LoopbackFederation
+from server_app.outcome import RunFailedError, check_run
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
+MINIMAL_APP = REPO / "benchmarks" / "minimal_flower_app"
+SAMPLES = 100  # per client: 80 train, 20 test
 JOB = {"method": "fedavg", "dataset": "digits", "model": "cnn", "partition": "iid",
-       "num-clients": 3, "num-rounds": 5, "max-samples-per-client": 300, "client-threads": 1,
-       "finetune-epochs": 0, "checkpoint-every": 0}
+       "num-clients": 3, "max-samples-per-client": SAMPLES, "test-fraction": 0.2, "lr": 0.05,
+       "batch-size": 32, "local-epochs": 1, "client-threads": 1, "finetune-epochs": 0,
+       "checkpoint-every": 0, "round-timeout": 300.0}
+METHOD_SETTINGS = {  # small but complete settings of the graph methods for 3 clients
+    "flt": {"flt.latent-dim": 16, "flt.ae-epochs": 1},
+    "sfl": {"partition": "shards"},
+    "fedcg": {"partition": "domains", "domain-test-clients": 0.34, "batch-size": 10,
+              "fedcg.teacher-period": 2, "fedcg.adj-warmup": 1, "fedcg.bottleneck": 8,
+              "fedcg.domain-stride": 2},
+    "fedska": {"partition": "shards"},
+}
 
 
-def per_round(out: Path) -> tuple[float, list[float]]:
-    rounds = [json.loads(line) for line in (out / "rounds.jsonl").read_text().splitlines()]
-    seconds = [r["seconds"] for r in rounds if r["round"] > 0]
-    return statistics.median(seconds), seconds
+FAILURES: list[dict] = []  # runs Flower ended as failed (each retried once)
+ARGS: argparse.Namespace | None = None
 
 
-def timed_import(module: str, repeats: int = 3) -> float:
-    """Median seconds a fresh Python process takes to import `module` (process start included)."""
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        subprocess.run([sys.executable, "-c", f"import {module}"], check=True, cwd=REPO)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def load() -> float:
+    return os.getloadavg()[0]
 
 
-def flower_poll_intervals() -> dict[str, str]:
-    """The waits hard-coded in this Flower version, read from its source."""
-    from flwr.superlink.grid import http_grid
-    from flwr.supernode import start_client_internal
-
-    def sleeps(module) -> list[str]:
-        return sorted(set(re.findall(r"time\.sleep\(([0-9.]+)\)", inspect.getsource(module))))
-
-    from flwr.supercore.superexec import run_superexec
-    return {
-        "ServerApp Grid.send_and_receive poll (s)": ", ".join(sleeps(http_grid)),
-        "SuperNode idle pull / reply wait (s)": ", ".join(sleeps(start_client_internal)),
-        "SuperExec task poll default (s)": str(run_superexec._DEFAULT_TASK_POLL_INTERVAL_SECONDS),
-    }
-
-
-def run_deployed(job: dict, root: Path, env_extra: dict[str, str]) -> float:
+def bouquet_run(fed: LoopbackFederation, job: dict, out: Path) -> dict[str, Any]:
     started = time.perf_counter()
-    with LoopbackFederation(root, 3, env_extra=env_extra) as fed:
-        print(f"  federation up in {time.perf_counter() - started:.1f} s", flush=True)
-        check_run(REPO, "bouquet", job, env=fed.env(), cwd=root, timeout=1800)
-    return time.perf_counter() - started
+    check_run(REPO, "bouquet", {**job, "output-dir": str(out), "run-name": "run"},
+              env=fed.env(), cwd=fed.root, timeout=1800)
+    wall = time.perf_counter() - started
+    rounds = [json.loads(line) for line in (out / "run" / "rounds.jsonl").read_text().splitlines()]
+    trained = [r for r in rounds if r["round"] > 0]
+    summary = json.loads((out / "run" / "summary.json").read_text())
+    final = summary["final"]
+    return {"seconds": [r["seconds"] for r in trained], "phases": [r.get("phases") for r in rounds],
+            "wall": wall, "accuracy": final.get("global-accuracy",
+                                                final.get("personalized", {}).get("mean"))}
 
 
-def port_open(port: int) -> bool:
-    with socket.socket() as sock:
-        return sock.connect_ex(("127.0.0.1", port)) == 0
+def flower_run(fed: LoopbackFederation, rounds: int, out: Path) -> dict[str, Any]:
+    out.mkdir(parents=True, exist_ok=True)
+    timings = out / "timings.json"
+    started = time.perf_counter()
+    check_run(MINIMAL_APP, "bouquet", {"num-server-rounds": rounds, "lr": JOB["lr"],
+                                       "batch-size": JOB["batch-size"],
+                                       "samples-per-client": SAMPLES, "timings-file": str(timings)},
+              env=fed.env(), cwd=fed.root, timeout=1800)
+    wall = time.perf_counter() - started
+    data = json.loads(timings.read_text())
+    marks = [*data["round-starts"], data["end"]]
+    return {"seconds": [b - a for a, b in zip(marks, marks[1:])], "phases": [2] * rounds,
+            "wall": wall, "accuracy": 100.0 * data["accuracy"][str(rounds)]
+            if str(rounds) in data["accuracy"] else None}
 
 
-def run_simulation(job: dict, root: Path) -> None:
-    """`flwr run` against a simulation SuperLink we start (own FLWR_HOME), stopped by its PID."""
-    port = free_port()
-    (root / "config.toml").write_text(
-        f'[superlink]\ndefault = "sim"\n\n[superlink.sim]\naddress = "127.0.0.1:{port}"\n'
-        "insecure = true\n")
-    env = {**os.environ, "FLWR_HOME": str(root), "FLWR_TELEMETRY_ENABLED": "0",
-           "FLWR_DISABLE_UPDATE_CHECK": "1"}
-    link = subprocess.Popen(
-        [str(BIN / "flower-superlink"), "--insecure", "--simulation", "--host", "127.0.0.1",
-         "--port", str(port), "--database", str(root / "state.db")],
-        env=env, cwd=root, stdout=(root / "superlink.log").open("w"), stderr=subprocess.STDOUT,
-        start_new_session=True)
+def measure(side: str, go, rows: list[dict], **meta) -> dict:
+    """Run `go` (one `flwr run`); a run that Flower ends as failed is noted and retried once."""
+    before = load()
+    print(f"{side} {meta} (load {before:.1f}) ...", flush=True)
     try:
-        deadline = time.monotonic() + 60
-        while not port_open(port):
-            if time.monotonic() > deadline:
-                raise RuntimeError("simulation SuperLink did not start")
-            time.sleep(0.3)
-        federation = "num-supernodes=3 client-resources-num-cpus=1"
-        result = subprocess.run(
-            [str(BIN / "flwr"), "run", str(REPO), "sim", "--stream", "--federation-config",
-             federation, "--run-config", run_config_arg(job)],
-            env=env, cwd=root, capture_output=True, text=True, timeout=1800)
-        if "Bouquet run summary" not in result.stdout:
-            raise RuntimeError("simulation run failed:\n" + (result.stdout + result.stderr)[-3000:])
-    finally:
-        os.killpg(link.pid, signal.SIGTERM)
-        link.wait(timeout=30)
+        result = go()
+    except RunFailedError as err:
+        first_line = str(err).splitlines()[0]
+        print(f"  failed, retrying once: {first_line}", flush=True)
+        FAILURES.append({"side": side, **meta, "load-before": before, "error": first_line})
+        result = go()
+    row = {"side": side, **meta, "load-before": before, "load-after": load(), **result,
+           "median": statistics.median(result["seconds"])}
+    rows.append(row)
+    print(f"  {row['median']:.2f} s/round, rounds {[round(s, 2) for s in row['seconds']]}, "
+          f"wall {row['wall']:.0f} s, load {before:.1f} -> {row['load-after']:.1f}", flush=True)
+    save(rows)
+    return row
+
+
+def session(tmp: Path, poll: str | None, pairs: int, rounds: int, methods: list[str],
+            rows: list[dict]) -> None:
+    env = {} if poll is None else {"FLWR_SUPEREXEC_TASK_POLL_INTERVAL": poll}
+    poll_label = poll or deploy.EXECUTOR_ENV["FLWR_SUPEREXEC_TASK_POLL_INTERVAL"]
+    job = {**JOB, "num-rounds": rounds}
+    with LoopbackFederation(tmp / f"fed-{poll_label}", 3, env_extra=env) as fed:
+        for pair in range(pairs):
+            sides = [("bouquet fedavg", lambda n=len(rows): bouquet_run(fed, job, tmp / f"b{n}")),
+                     ("minimal flower fedavg", lambda n=len(rows): flower_run(fed, rounds,
+                                                                            tmp / f"f{n}"))]
+            for side, go in (sides if pair % 2 == 0 else sides[::-1]):
+                measure(side, go, rows, poll=poll_label, pair=pair)
+        for method in methods:
+            method_job = {**job, "method": method, **METHOD_SETTINGS.get(method, {})}
+            measure(f"bouquet {method}", lambda: bouquet_run(fed, method_job, tmp / method), rows,
+                    poll=poll_label, pair=None)
+
+
+def median_of(rows: list[dict], side: str, poll: str) -> float | None:
+    values = [r["median"] for r in rows if r["side"] == side and r["poll"] == poll]
+    return statistics.median(values) if values else None
+
+
+def report(rows: list[dict], args: argparse.Namespace) -> str:
+    chosen = deploy.EXECUTOR_ENV["FLWR_SUPEREXEC_TASK_POLL_INTERVAL"]
+    machine = machine_facts()
+    lines = [
+        "# Deployment speed: Bouquet vs a minimal Flower FedAvg app, same deployment, alternating",
+        "", f"Command: `python -m benchmarks.deploy_speed {' '.join(sys.argv[1:])}`  ",
+        f"flwr {machine['flwr']}, torch {machine['torch']}; {machine['cpu']}, {machine['cores']} "
+        "cores. 3 SuperNodes on loopback with TLS + SuperNode auth (`server_app.loopback`); "
+        f"digits, cnn, iid, {SAMPLES} samples per client, 1 local epoch, {args.rounds} rounds per "
+        "run. The load average (1 min) is the machine's, shared with other jobs.", "",
+        "| executor poll (s) | Bouquet fedavg s/round | minimal Flower s/round | ratio |",
+        "|---:|---:|---:|---:|"]
+    for poll in sorted({r["poll"] for r in rows}):
+        b, f = median_of(rows, "bouquet fedavg", poll), median_of(rows, "minimal flower fedavg", poll)
+        if b is not None and f is not None:
+            lines.append(f"| {poll}{' (shipped)' if poll == chosen else ' (Flower default)'} | "
+                         f"{b:.2f} | {f:.2f} | **{b / f:.2f}** |")
+    lines += ["", "Every run, in order:", "",
+              "| run | executor poll (s) | s/round (median) | rounds 1..R (s) | phases per round "
+              "(round 0..R) | final accuracy (%) | flwr run wall (s) | load before → after |",
+              "|---|---:|---:|---|---|---:|---:|---|"]
+    for r in rows:
+        accuracy = f"{r['accuracy']:.1f}" if r.get("accuracy") is not None else "-"
+        lines.append(
+            f"| {r['side']} | {r['poll']} | {r['median']:.2f} | "
+            f"{', '.join(f'{s:.1f}' for s in r['seconds'])} | "
+            f"{', '.join(str(p) for p in r['phases'])} | {accuracy} | {r['wall']:.0f} | "
+            f"{r['load-before']:.1f} → {r['load-after']:.1f} |")
+    for failure in FAILURES:
+        lines.append(f"\nFailed and retried: {failure['side']} (load {failure['load-before']:.1f}): "
+                     f"{failure['error']}")
+    return "\n".join(lines) + "\n"
+
+
+def save(rows: list[dict]) -> None:
+    """Write the results so far (after every run, so an interrupted session keeps its table)."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{ARGS.name}.json").write_text(json.dumps(
+        {"rows": rows, "failures": FAILURES, "job": JOB, "machine": machine_facts(),
+         "code": code_version(),
+         "command": "python -m benchmarks.deploy_speed " + " ".join(sys.argv[1:])}, indent=2) + "\n")
+    (RESULTS / f"{ARGS.name}.md").write_text(report(rows, ARGS))
 
 
 def main() -> None:
+    global ARGS
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--name", default="deploy-speed")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    args = parser.parse_args()
-    job = {**JOB, **parse_set(args.set)}
-    rows = []
+    parser.add_argument("--name", default="deploy-speed-side-by-side")
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--methods", nargs="*", default=["flt", "sfl", "fedcg", "fedska"])
+    parser.add_argument("--default-poll", action="store_true",
+                        help="also one pair with Flower's default executor poll (1.0 s)")
+    args = ARGS = parser.parse_args()
+    rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="bouquet-deploy-speed-") as tmp:
-        tmp = Path(tmp)
-        configs = [
-            ("simulation (Ray, 3 virtual SuperNodes)", lambda out: run_simulation(
-                {**job, "output-dir": str(out), "run-name": "sim"}, tmp / "sim-home")),
-            ("deployed: 3 SuperNodes, TLS + auth, Flower defaults", lambda out: run_deployed(
-                {**job, "output-dir": str(out), "run-name": "dep"}, tmp / "dep", {})),
-            ("deployed, FLWR_SUPEREXEC_TASK_POLL_INTERVAL=0.1", lambda out: run_deployed(
-                {**job, "output-dir": str(out), "run-name": "fast"}, tmp / "fast",
-                {"FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.1"})),
-        ]
-        for label, go in configs:
-            (tmp / "sim-home").mkdir(exist_ok=True)
-            out = tmp / "out" / label.split(":")[0].split(" ")[0] / str(len(rows))
-            print(f"{label} ...", flush=True)
-            started = time.perf_counter()
-            go(out)
-            total = time.perf_counter() - started
-            run_dir = next(p for p in out.iterdir() if p.is_dir())
-            median, seconds = per_round(run_dir)
-            rows.append({"configuration": label, "median-seconds-per-round": median,
-                         "rounds": seconds, "total-seconds": total})
-            print(f"  {median:.1f} s/round (rounds {[round(s, 1) for s in seconds]}), "
-                  f"{total:.0f} s total", flush=True)
-    components = {
-        "python + import torch (s)": timed_import("torch"),
-        "python + import client_app.app (s)": timed_import("client_app.app"),
-        **flower_poll_intervals(),
-    }
-    machine = machine_facts()
-    result = {"job": job, "rows": rows, "components": components, "machine": machine,
-              "load-average-at-end": os.getloadavg()[0], "code": code_version(),
-              "command": "python -m benchmarks.deploy_speed " + " ".join(sys.argv[1:])}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{args.name}.json").write_text(json.dumps(result, indent=2) + "\n")
-    lines = ["# Deployment speed: fedavg, 3 SuperNodes, deployed vs simulation", "",
-             f"Command: `{result['command']}`  ",
-             f"flwr {machine['flwr']}, torch {machine['torch']}; {machine['cpu']}, "
-             f"{machine['cores']} cores, load average {result['load-average-at-end']:.1f} at the end "
-             "(other jobs were running)  ",
-             "Job: " + ", ".join(f"{k}={v}" for k, v in job.items()), "",
-             "| configuration | s/round (median) | rounds 1..R (s) | total wall (s) |",
-             "|---|---:|---|---:|"]
-    for row in rows:
-        lines.append(f"| {row['configuration']} | {row['median-seconds-per-round']:.1f} | "
-                     f"{', '.join(f'{s:.1f}' for s in row['rounds'])} | {row['total-seconds']:.0f} |")
-    lines += ["", "| component | value |", "|---|---:|"]
-    lines += [f"| {k} | {v:.2f} |" if isinstance(v, float) else f"| {k} | {v} |"
-              for k, v in components.items()]
-    (RESULTS / f"{args.name}.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+        session(Path(tmp), None, args.pairs, args.rounds, args.methods, rows)
+        if args.default_poll:
+            session(Path(tmp), "1.0", 1, args.rounds, [], rows)
+    save(rows)
+    print(report(rows, args))
 
 
 if __name__ == "__main__":

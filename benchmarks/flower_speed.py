@@ -252,7 +252,7 @@ COMPONENTS: list[tuple[str, list[tuple[str, str]]]] = [
     ("Bouquet: ClientGrid routing + byte counting", [("strategies/clients.py", "send_and_receive")]),
     ("Bouquet: identify refresh per round", [("strategies/clients.py", "refresh")]),
     ("Bouquet: per-client metrics summary", [("server_app/metrics.py", "accuracy_summary")]),
-    ("Bouquet: rounds.jsonl + console log", [("server_app/runner.py", "_close_round")]),
+    ("Bouquet: rounds.jsonl + console log", [("server_app/runner.py", "_record_round")]),
 ]
 
 
@@ -285,8 +285,8 @@ def _components(short: pstats.Stats, long: pstats.Stats, rounds: int) -> dict[st
             continue  # not on this side
         value = sum(values)
         if label.startswith("Bouquet: ClientGrid"):
-            # ClientGrid.send_and_receive contains LocalGrid.send_and_receive: keep its own part
-            value -= per_round("server_app/local_grid.py", "send_and_receive") or 0.0
+            # ClientGrid.send_and_receive contains LocalGrid.push_messages (the clients): keep its own part
+            value -= per_round("server_app/local_grid.py", "push_messages") or 0.0
         out[label] = max(value, 0.0) / rounds
     return out
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch.optim.sgd import sgd
 
 Penalty = Callable[[nn.Module], torch.Tensor]
 TASKS = ("classification", "regression")
@@ -68,6 +69,37 @@ def proximal_penalty(anchor: nn.Module, weight: float) -> Penalty:
     return penalty
 
 
+class SGD:
+    """`torch.optim.SGD` (no weight decay, dampening or Nesterov) as a thin wrapper around
+    `torch.optim.sgd.sgd`, the documented functional form its `step()` calls with the same arguments.
+
+    `torch.optim.Optimizer.step()` / `zero_grad()` import `torch._dynamo` on first use (~0.9 s and ~870
+    modules), which a deployed client pays on every message since each message runs in a fresh
+    process; the functional form does not. The updates are bit-identical (tests/test_lean_client.py).
+    """
+
+    def __init__(self, params, lr: float, momentum: float = 0.0) -> None:
+        self.params = list(params)
+        self.lr = lr
+        self.momentum = momentum
+        self.buffers: list[torch.Tensor | None] = [None] * len(self.params)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        active = [i for i, p in enumerate(self.params) if p.grad is not None]
+        buffers = [self.buffers[i] for i in active]
+        sgd([self.params[i] for i in active], [self.params[i].grad for i in active], buffers,
+            weight_decay=0.0, momentum=self.momentum, lr=self.lr, dampening=0.0, nesterov=False,
+            maximize=False)
+        if self.momentum:
+            for i, buffer in zip(active, buffers):
+                self.buffers[i] = buffer
+
+
 def train_epochs(
     model: nn.Module,
     x: torch.Tensor,
@@ -87,7 +119,7 @@ def train_epochs(
     """
     task = task or task_of(y)
     model.train()
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    optimizer = SGD(model.parameters(), lr=lr, momentum=momentum)
     total, count = 0.0, 0
     for _ in range(epochs):
         order = torch.randperm(len(y), generator=generator).to(x.device)

@@ -325,10 +325,17 @@ def _synthetic(seed: int, num_samples: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _digits() -> tuple[np.ndarray, np.ndarray]:
-    """scikit-learn's bundled 8x8 digits (values 0..16), upsampled bilinearly to 28x28 in [0, 1]."""
-    from sklearn.datasets import load_digits
+    """scikit-learn's bundled 8x8 digits (values 0..16), upsampled bilinearly to 28x28 in [0, 1].
 
-    bunch = load_digits()
-    small = torch.from_numpy(np.asarray(bunch.images, dtype=np.float32)[:, None] / 16.0)
+    Read straight from scikit-learn's `datasets/data/digits.csv.gz` (what `load_digits` parses), so a
+    client does not import scikit-learn (and scipy with it) for it.
+    """
+    spec = importlib.util.find_spec("sklearn")  # locates the package without importing it
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("the digits data set ships with scikit-learn: pip install scikit-learn")
+    path = Path(next(iter(spec.submodule_search_locations))) / "datasets" / "data" / "digits.csv.gz"
+    with gzip.open(path, "rt") as handle:
+        table = np.loadtxt(handle, delimiter=",")
+    small = torch.from_numpy(table[:, :-1].reshape(-1, 1, 8, 8).astype(np.float32) / 16.0)
     images = F.interpolate(small, size=(28, 28), mode="bilinear", align_corners=False).clamp(0.0, 1.0)
-    return images.numpy(), np.asarray(bunch.target, dtype=np.int64)
+    return images.numpy(), table[:, -1].astype(np.int64)

@@ -231,6 +231,9 @@ class RunConfig(_Settings):
     domain_test_clients: float = Field(0.0, ge=0.0, lt=1.0)  # domains: share of whole test clients
     domain_unseen_rotations: str = ""  # domains: angles only the held-out test clients see
     eval_every: int = Field(1, ge=1)
+    # send round r's evaluation with round r + 1's train message (one phase per round); false: a
+    # separate evaluate phase after each evaluated round (strategies/fusion.py)
+    fuse_evaluate: bool = True
     finetune_epochs: int = Field(1, ge=0)
     round_timeout: float = Field(600.0, gt=0.0)
     max_update_norm: float = Field(10000.0, ge=0.0)  # drop replies whose model moved further (0 = off)

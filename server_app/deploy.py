@@ -23,6 +23,12 @@ CONTROL_PORT = 8000  # SuperLink Control + Runtime API (HTTPS): `flwr` CLI and t
 CLIENTAPP_PORT = 9094  # a SuperNode's runtime API for its ClientApp executor (loopback only)
 FLOWER_VERSION = "1.39.0"  # tag of the official flwr/* images (pyproject pins flwr>=1.39,<1.40)
 
+# Environment of every `flower-superexec` (ServerApp and ClientApp executors). A Flower 1.39 setting:
+# how often an executor asks its runtime API for a new task (default 1.0 s, allowed 0.01-60). Every
+# message waits for that poll before its ClientApp process starts; benchmarks/deploy_speed.py measures
+# the default against this value (README "Deployment speed").
+EXECUTOR_ENV = {"FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.1"}
+
 
 @dataclass(frozen=True)
 class Tls:
@@ -124,6 +130,7 @@ def compose(num_supernodes: int) -> dict:
             **app_image(),
             "entrypoint": serverapp_executor(tls)[:1],
             "command": serverapp_executor(tls)[1:],
+            "environment": dict(EXECUTOR_ENV),
             "network_mode": "service:superlink",  # the SuperLink's runtime API on 127.0.0.1
             "volumes": [f"./certs:{CONTAINER_CERTS}:ro", f"outputs:{CONTAINER_OUTPUTS}"],
             "depends_on": ["superlink"],
@@ -147,6 +154,7 @@ def compose(num_supernodes: int) -> dict:
             **app_image(),
             "entrypoint": clientapp_executor()[:1],
             "command": clientapp_executor()[1:],
+            "environment": dict(EXECUTOR_ENV),
             "network_mode": f"service:supernode-{i}",  # its SuperNode's runtime API on 127.0.0.1
             "volumes": [f"${{BOUQUET_DATA:-./data}}:{CONTAINER_DATA}:ro"],
             "shm_size": "1gb",  # torch worker shared memory (the 64 MB default is too small)
@@ -179,13 +187,14 @@ def bare_metal(superlink_host: str, num_supernodes: int, certs: str, keys: str,
     """The commands to run on each machine, as shell lines."""
     tls = Tls.in_dir(certs)
     fleet = f"{superlink_host}:{FLEET_PORT}"
+    settings = " ".join(f"{key}={shlex.quote(value)}" for key, value in EXECUTOR_ENV.items())
     lines = ["# SuperLink machine", shlex.join(superlink(tls, "state.db")),
-             shlex.join(serverapp_executor(tls))]
+             f"{settings} {shlex.join(serverapp_executor(tls))}"]
     for i in range(num_supernodes):
         lines += [f"# SuperNode machine {i}",
                   shlex.join(supernode(Tls(f"{certs}/ca.crt"), fleet, f"{keys}/supernode-{i}", i,
                                        num_supernodes, data_root)),
-                  shlex.join(clientapp_executor())]
+                  f"{settings} {shlex.join(clientapp_executor())}"]
     return "\n".join(lines)
 
 

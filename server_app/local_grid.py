@@ -38,6 +38,7 @@ class LocalGrid(Grid):
             for i in range(num_nodes)
         }
         self.offline: set[int] = set()  # nodes a test has taken down
+        self.replies: dict[str, Message] = {}  # message id -> reply not yet pulled
 
     @property
     def run(self):  # noqa: D401 - Grid API
@@ -53,26 +54,32 @@ class LocalGrid(Grid):
         return [n for n in self.contexts if n not in self.offline]
 
     def push_messages(self, messages: Iterable[Message]) -> list[str]:
-        raise NotImplementedError("use send_and_receive")
+        """Deliver each message to its node's ClientApp now; the reply waits for `pull_messages`."""
+        ids = []
+        for message in list(messages):
+            message.metadata.__dict__["_message_id"] = uuid.uuid4().hex
+            ids.append(message.metadata.message_id)
+            reply = self._deliver(message)
+            if reply is not None:
+                self.replies[message.metadata.message_id] = reply
+        return ids
 
     def pull_messages(self, message_ids: Iterable[str]) -> list[Message]:
-        raise NotImplementedError("use send_and_receive")
+        return [self.replies.pop(i) for i in message_ids if i in self.replies]
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None
                          ) -> list[Message]:
-        replies = []
-        for message in list(messages):
-            message.metadata.__dict__["_message_id"] = uuid.uuid4().hex
-            node = message.metadata.dst_node_id
-            if node in self.offline or node not in self.contexts:
-                continue  # like a node that never answers: no reply within the timeout
-            delivered = Message(copy.deepcopy(message.content), dst_node_id=node,
-                                message_type=message.metadata.message_type)
-            delivered.metadata.__dict__["_message_id"] = message.metadata.message_id
-            try:
-                reply = self.client_app(delivered, self.contexts[node])
-            except Exception as err:  # a crashing ClientApp becomes an error reply, as in Flower
-                reason = f"{type(err)}:<'{err}'>\n{traceback.format_exc(limit=3)}"
-                reply = Message(Error(CLIENT_APP_EXCEPTION, reason), reply_to=delivered)
-            replies.append(reply)
-        return replies
+        return self.pull_messages(self.push_messages(messages))
+
+    def _deliver(self, message: Message) -> Message | None:
+        node = message.metadata.dst_node_id
+        if node in self.offline or node not in self.contexts:
+            return None  # like a node that never answers: no reply within the timeout
+        delivered = Message(copy.deepcopy(message.content), dst_node_id=node,
+                            message_type=message.metadata.message_type)
+        delivered.metadata.__dict__["_message_id"] = message.metadata.message_id
+        try:
+            return self.client_app(delivered, self.contexts[node])
+        except Exception as err:  # a crashing ClientApp becomes an error reply, as in Flower
+            reason = f"{type(err)}:<'{err}'>\n{traceback.format_exc(limit=3)}"
+            return Message(Error(CLIENT_APP_EXCEPTION, reason), reply_to=delivered)

@@ -85,9 +85,14 @@ class LoopbackFederation:
 
     # --- processes ------------------------------------------------------------------------------
     def spawn(self, name: str, argv: list[str], home: str, prefix: list[str] | None = None) -> Proc:
+        """Start `argv` in its own session; executors get `deploy.EXECUTOR_ENV` (below
+        `env_extra`, which a benchmark uses to compare settings)."""
         log = self.home(home) / f"{name}.log"
+        env = self.env(home)
+        if argv[0] == "flower-superexec":
+            env = {**env, **deploy.EXECUTOR_ENV, **self.env_extra}
         process = subprocess.Popen(
-            [*(prefix or []), *_tool(argv)], env=self.env(home), cwd=self.home(home),
+            [*(prefix or []), *_tool(argv)], env=env, cwd=self.home(home),
             stdout=log.open("a"), stderr=subprocess.STDOUT, start_new_session=True,
         )
         self.procs[name] = proc = Proc(name, process, log)
@@ -122,7 +127,15 @@ class LoopbackFederation:
     # --- lifecycle ------------------------------------------------------------------------------
     def start(self, supernode_prefix: dict[int, list[str]] | None = None) -> LoopbackFederation:
         """Certificates, keys, SuperLink + its executor, key registration, SuperNodes + executors.
-        `supernode_prefix[i]` wraps SuperNode i's commands (e.g. `ip netns exec ns-i`)."""
+        `supernode_prefix[i]` wraps SuperNode i's commands (e.g. `ip netns exec ns-i`). If a step
+        fails, the processes already started are stopped before the error propagates."""
+        try:
+            return self._start(supernode_prefix)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, supernode_prefix: dict[int, list[str]] | None) -> LoopbackFederation:
         self.root.mkdir(parents=True, exist_ok=True)
         names = [self.host] if self.host not in ("127.0.0.1", "localhost") else []
         subprocess.run(["bash", str(SCRIPTS / "gen_certs.sh"), str(self.certs), *names],

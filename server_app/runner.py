@@ -1,7 +1,9 @@
 """The round loop: drives any Flower message-API strategy over a `ClientGrid` and records metrics.
 
-Per round: configure_train → send → aggregate_train, then (every `eval-every` rounds and at the end)
-configure_evaluate → send → per-client metrics. Failed or missing replies are logged with the client id
+Per round: configure_train → send → aggregate_train; every `eval-every` rounds and at the end the
+round's model(s) are evaluated (configure_evaluate → send → per-client metrics), by default with the
+next round's train message (`fuse-evaluate`: one phase per round, see `strategies.fusion`) and after
+the last round in an evaluate-only phase. Failed or missing replies are logged with the client id
 and skipped. Replies reach the strategy sorted by client id, so aggregation order (and therefore the
 floating-point result) does not depend on arrival order.
 """
@@ -42,7 +44,7 @@ RESULT_KEYS = ("personalized", "global-accuracy", "finetuned",
 
 # Settings that may differ between a checkpointed run and its resumption.
 RESUMABLE_CHANGES = ("resume", "num-rounds", "round-timeout", "client-threads", "checkpoint-every",
-                     "eval-every", "max-update-norm")
+                     "eval-every", "max-update-norm", "fuse-evaluate")
 
 
 class ResumeError(RuntimeError):
@@ -155,10 +157,22 @@ class FederationRunner:
         )
 
     # --- phases -----------------------------------------------------------------------------
-    def evaluate(self, server_round: int, arrays: ArrayRecord) -> dict[str, Any]:
-        messages = list(self.strategy.configure_evaluate(
+    def evaluates(self, server_round: int) -> bool:
+        """Round 0, every `eval-every`-th round and the last round are evaluated."""
+        cfg = self.cfg
+        return server_round % cfg.eval_every == 0 or server_round == cfg.num_rounds
+
+    def evaluation_messages(self, server_round: int, arrays: ArrayRecord) -> list[Message]:
+        return list(self.strategy.configure_evaluate(
             server_round, arrays, self.evaluate_config(server_round).config(), self.clients))
-        replies = self.exchange(messages, "evaluate")
+
+    def evaluate(self, server_round: int, arrays: ArrayRecord) -> dict[str, Any]:
+        """An evaluate-only phase; the round's evaluation record."""
+        replies = self.exchange(self.evaluation_messages(server_round, arrays), "evaluate")
+        return self.evaluation_record(server_round, replies)
+
+    def evaluation_record(self, server_round: int, replies: list[Message]) -> dict[str, Any]:
+        """Aggregate evaluation replies (sorted by client id) into the round's record fields."""
         self.strategy.aggregate_evaluate(server_round, replies)
         rows = []
         for reply in replies:
@@ -182,32 +196,63 @@ class FederationRunner:
                 np.array([r.finetuned_accuracy for r in rows]), examples)
         return result
 
+    def train_phase(self, server_round: int, arrays: ArrayRecord, pending: dict[str, Any] | None
+                    ) -> tuple[list[Message], list[Message]]:
+        """Round `server_round`'s train messages and, when `pending` (a finished round whose
+        evaluation is still due) is given, that evaluation in the same phase: each client gets one
+        message (strategies.fusion). Returns (train messages, good train replies); the pending
+        record is completed with its evaluation."""
+        evaluation = (self.evaluation_messages(pending["round"], arrays)
+                      if pending is not None else [])
+        messages = list(self.strategy.configure_train(
+            server_round, arrays, self.train_config(server_round).config(), self.clients))
+        if pending is None:
+            return messages, self.exchange(messages, "train")
+        trained, evaluated = self.clients.exchange_fused(
+            messages, evaluation, self.cfg.round_timeout, "train")
+        pending.update(self.evaluation_record(pending["round"], [r for _, r in evaluated]))
+        self._record_round(pending)
+        return messages, [r for _, r in trained]
+
     def run(self, arrays: ArrayRecord, resume: bool = False) -> dict[str, Any]:
         """Round 0 (initial model) evaluation, then `num-rounds` rounds; returns the summary. With
-        `resume`, continue after the round of the newest valid checkpoint instead."""
+        `resume`, continue after the round of the newest valid checkpoint instead.
+
+        With `fuse-evaluate` (default) an evaluated round's record stays pending until its
+        evaluation has come back with the next round's training (one phase per round); the last
+        one is evaluated in a final evaluate-only phase. Without it, each evaluated round is
+        followed by its own evaluate phase. Every metric keeps its value and its round either way.
+        """
         cfg = self.cfg
         started = time.perf_counter()
+        pending: dict[str, Any] | None  # the last round, when its evaluation is still due
         if resume:
-            arrays, last_round, self.earlier_seconds = self.restore()
+            arrays, last_round, self.earlier_seconds, pending = self.restore()
         else:
             random.seed(cfg.seed)  # Flower's node sampling draws from `random`
-            record = {"round": 0, **self.evaluate(0, arrays)}
-            self._close_round(record, 0.0)
             last_round, self.earlier_seconds = 0, 0.0
-            self.checkpoint(0, arrays, 0.0)
+            pending = {"round": 0, "seconds": 0.0, **self._traffic()}
+            if not cfg.fuse_evaluate:
+                pending = self._evaluate_pending(pending, arrays)
+            self.checkpoint(0, arrays, 0.0, pending)
+        if pending is not None and not cfg.fuse_evaluate:  # resumed from a fused run's checkpoint
+            pending = self._evaluate_pending(pending, arrays)
         for server_round in range(last_round + 1, cfg.num_rounds + 1):
             round_start = time.perf_counter()
             self.clients.refresh(timeout=cfg.round_timeout)
             if not self.await_reachable(cfg.round_timeout):
                 log.warning("round %d: no client reachable within %.0f s; round skipped",
                             server_round, cfg.round_timeout)
-                self._close_round({"round": server_round, "clients-trained": 0, "failed-clients": [],
-                                   "unreachable-clients": list(range(cfg.num_clients)),
-                                   "train-loss": None}, time.perf_counter() - round_start)
+                if pending is not None:
+                    pending = self._evaluate_pending(pending, arrays)
+                self._record_round({"round": server_round, "clients-trained": 0,
+                                    "failed-clients": [],
+                                    "unreachable-clients": list(range(cfg.num_clients)),
+                                    "train-loss": None,
+                                    "seconds": time.perf_counter() - round_start, **self._traffic()})
                 continue
-            messages = list(self.strategy.configure_train(
-                server_round, arrays, self.train_config(server_round).config(), self.clients))
-            replies = self.exchange(messages, "train")
+            messages, replies = self.train_phase(server_round, arrays, pending)
+            pending = None
             trained = [self.clients.client_id(r) for r in replies]
             failed = sorted({m.metadata.dst_node_id for m in messages} - set(trained))
             new_arrays, train_metrics = self.strategy.aggregate_train(server_round, replies)
@@ -221,21 +266,49 @@ class FederationRunner:
                 "train-loss": float(train_metrics["train-loss"]) if train_metrics else None,
                 **train_devices(replies),
             }
-            if server_round % cfg.eval_every == 0 or server_round == cfg.num_rounds:
-                record.update(self.evaluate(server_round, arrays))
-            if hasattr(self.strategy, "round_report"):
-                record.update(self.strategy.round_report(server_round))
-            self._close_round(record, time.perf_counter() - round_start)
-            self.checkpoint(server_round, arrays, time.perf_counter() - started)
+            if self.evaluates(server_round) and cfg.fuse_evaluate:
+                # reported now, as its state is this round's; the evaluation follows next phase
+                if hasattr(self.strategy, "round_report"):
+                    record.update(self.strategy.round_report(server_round))
+                record.update(seconds=time.perf_counter() - round_start, **self._traffic())
+                pending = record
+            else:
+                if self.evaluates(server_round):
+                    record.update(self.evaluate(server_round, arrays))
+                if hasattr(self.strategy, "round_report"):
+                    record.update(self.strategy.round_report(server_round))
+                record.update(seconds=time.perf_counter() - round_start, **self._traffic())
+                self._record_round(record)
+            self.checkpoint(server_round, arrays, time.perf_counter() - started, pending)
+        if pending is not None:
+            self._evaluate_pending(pending, arrays)
         self.final_arrays = arrays
         summary = self.summary(self.earlier_seconds + time.perf_counter() - started)
         if hasattr(self.strategy, "report"):
             summary.update(self.strategy.report(self.recorder.directory, self.truth))
         return summary
 
+    def _evaluate_pending(self, pending: dict[str, Any], arrays: ArrayRecord) -> None:
+        """Complete and record a pending round with an evaluate-only phase; its seconds and bytes
+        are added to the round's."""
+        phase_start = time.perf_counter()
+        pending.update(self.evaluate(pending["round"], arrays))
+        traffic = self._traffic()
+        pending["phases"] = pending.get("phases", 0) + traffic["phases"]
+        for key in ("_down", "_up"):
+            merged = dict(pending.get(key, {}))
+            for client, value in traffic[key].items():
+                merged[client] = merged.get(client, 0) + value
+            pending[key] = merged
+        pending["seconds"] += time.perf_counter() - phase_start
+        self._record_round(pending)
+        return None
+
     # --- checkpoints ------------------------------------------------------------------------
-    def checkpoint(self, server_round: int, arrays: ArrayRecord, seconds: float) -> None:
-        """Everything needed to continue after `server_round` (see `server_app.checkpoint`)."""
+    def checkpoint(self, server_round: int, arrays: ArrayRecord, seconds: float,
+                   pending: dict[str, Any] | None = None) -> None:
+        """Everything needed to continue after `server_round` (see `server_app.checkpoint`),
+        including the round whose evaluation is still due (`pending`)."""
         every = self.cfg.checkpoint_every
         if self.checkpoints is None or not every or (
                 server_round % every and server_round != self.cfg.num_rounds):
@@ -252,10 +325,12 @@ class FederationRunner:
             "latest": self.latest,
             "bytes-total": self.bytes_total,
             "seconds": self.earlier_seconds + seconds,
+            "pending": pending,
         })
 
-    def restore(self) -> tuple[ArrayRecord, int, float]:
-        """Load the newest valid checkpoint into this runner: (global arrays, its round, seconds)."""
+    def restore(self) -> tuple[ArrayRecord, int, float, dict[str, Any] | None]:
+        """Load the newest valid checkpoint into this runner: (global arrays, its round, seconds,
+        the record of a round whose evaluation is still due)."""
         state = self.checkpoints.load_latest(self.clients)
         mismatch = {key: (value, state["config"].get(key))
                     for key, value in self.cfg.flat().items()
@@ -276,14 +351,23 @@ class FederationRunner:
         self.latest = state["latest"]
         self.bytes_total = state["bytes-total"]
         self.recorder.restore(state["rounds"])
-        return state["arrays"], state["round"], state["seconds"]
+        return state["arrays"], state["round"], state["seconds"], state.get("pending")
 
-    def _close_round(self, record: dict[str, Any], seconds: float) -> None:
+    def _traffic(self) -> dict[str, Any]:
+        """Bytes per client (`_down`, `_up`) and the number of exchanges with clients (`phases`)
+        since the last call, for the round being recorded."""
         down, up = self.clients.take_traffic()
         for client, value in down.items():
             self.bytes_total[client][0] += value
         for client, value in up.items():
             self.bytes_total[client][1] += value
+        phases, self.clients.phases = self.clients.phases, 0
+        return {"_down": down, "_up": up, "phases": phases}
+
+    def _record_round(self, record: dict[str, Any]) -> None:
+        """Turn the round's traffic into its byte fields, write its rounds.jsonl line, log it."""
+        down, up = record.pop("_down", {}), record.pop("_up", {})
+        seconds = record.pop("seconds")
         record["seconds"] = seconds
         record["bytes-down"] = sum(down.values())
         record["bytes-up"] = sum(up.values())

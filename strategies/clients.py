@@ -12,6 +12,7 @@ came from.
 from __future__ import annotations
 
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -19,10 +20,34 @@ from dataclasses import dataclass
 from flwr.app import ArrayRecord, Error, Message, RecordDict
 from flwr.serverapp import Grid
 
+from strategies.fusion import fuse, is_fused, split_reply, split_request
 from strategies.messages import IDENTIFY, IdentifyReply, IdentifyRequest, with_client
 from strategies.validation import INVALID_REPLY, ReplyValidator
 
 log = logging.getLogger(__name__)
+
+POLL_INTERVAL = 0.15  # s between pulls of outstanding replies (Flower's Grid.send_and_receive: 3 s)
+
+
+def push_and_pull(grid: Grid, messages: list[Message], timeout: float,
+                  poll_interval: float = POLL_INTERVAL) -> list[Message]:
+    """`Grid.send_and_receive` with a short poll: push `messages`, then pull their replies every
+    `poll_interval` s until all have arrived or `timeout` s have passed. A reply that arrives later
+    is never pulled (it is ignored, as Flower's own loop ignores it); replies to other messages are
+    dropped."""
+    deadline = time.monotonic() + timeout
+    outstanding = {message_id for message_id in grid.push_messages(messages) if message_id}
+    replies: list[Message] = []
+    while outstanding:
+        for reply in grid.pull_messages(sorted(outstanding)):
+            if reply.metadata.reply_to_message_id in outstanding:
+                outstanding.discard(reply.metadata.reply_to_message_id)
+                replies.append(reply)
+        left = deadline - time.monotonic()
+        if not outstanding or left <= 0:
+            break
+        time.sleep(min(poll_interval, left))
+    return replies
 
 
 @dataclass(frozen=True)
@@ -62,6 +87,7 @@ class ClientGrid:
         self._client_of_message: dict[str, int] = {}
         self.bytes_down: dict[int, int] = defaultdict(int)
         self.bytes_up: dict[int, int] = defaultdict(int)
+        self.phases = 0  # exchanges with clients since the last take_traffic (identify excluded)
 
     # --- membership -------------------------------------------------------------------------
     def refresh(self, timeout: float) -> None:
@@ -78,7 +104,7 @@ class ClientGrid:
                 ).config()}
             )
             messages = [Message(request, dst_node_id=n, message_type=IDENTIFY) for n in new]
-            replies = list(self.grid.send_and_receive(messages, timeout=timeout))
+            replies = push_and_pull(self.grid, messages, timeout)
             sent_to = {m.metadata.message_id: m.metadata.dst_node_id for m in messages}
             for reply in replies:
                 node = sent_to.get(reply.metadata.reply_to_message_id, reply.metadata.src_node_id)
@@ -133,7 +159,8 @@ class ClientGrid:
             routed.append((client, out))
         if not routed:
             return []
-        replies = list(self.grid.send_and_receive([m for _, m in routed], timeout=timeout))
+        self.phases += 1
+        replies = push_and_pull(self.grid, [m for _, m in routed], timeout)
         requests = {}
         for client, out in routed:
             self._client_of_message[out.metadata.message_id] = client
@@ -143,7 +170,7 @@ class ClientGrid:
             client = self.client_id(reply)
             if not reply.has_error():
                 request = requests[reply.metadata.reply_to_message_id]
-                problem = self.validator.problem(client, request, reply)
+                problem = self._problem(client, request, reply)
                 if problem:
                     reply = Message(Error(INVALID_REPLY, f"invalid reply dropped ({problem})"),
                                     reply_to=request)
@@ -151,6 +178,40 @@ class ClientGrid:
                     self.bytes_up[client] += array_bytes(reply.content)
             checked.append(reply)
         return checked
+
+    def _problem(self, client: int, request: Message, reply: Message) -> str | None:
+        """The validator's verdict; a fused reply is checked half by half against its request."""
+        if not is_fused(request):
+            return self.validator.problem(client, request, reply)
+        for sent, got in zip(split_request(request), split_reply(request, reply)):
+            problem = self.validator.problem(client, sent, got)
+            if problem:
+                return problem
+        return None
+
+    def exchange_fused(self, train: list[Message], evaluation: list[Message], timeout: float,
+                       phase: str) -> tuple[list[tuple[int, Message]], list[tuple[int, Message]]]:
+        """`exchange` of train and evaluation messages in one phase: a client with both gets one
+        fused message (`strategies.fusion`). Returns the good (client, reply) of each kind."""
+        evaluation_for = {m.metadata.dst_node_id: m for m in evaluation}
+        train_clients = {m.metadata.dst_node_id for m in train}
+        messages = [fuse(m, evaluation_for[m.metadata.dst_node_id])
+                    if m.metadata.dst_node_id in evaluation_for else m for m in train]
+        messages += [m for m in evaluation if m.metadata.dst_node_id not in train_clients]
+        trained: list[tuple[int, Message]] = []
+        evaluated: list[tuple[int, Message]] = []
+        sent = {m.metadata.dst_node_id: m for m in messages}
+        for client, reply in self.exchange(messages, timeout, phase):
+            request = sent[client]
+            if is_fused(request):
+                train_reply, evaluation_reply = split_reply(request, reply)
+                trained.append((client, train_reply))
+                evaluated.append((client, evaluation_reply))
+            elif client in train_clients:
+                trained.append((client, reply))
+            else:
+                evaluated.append((client, reply))
+        return trained, evaluated
 
     def exchange(self, messages: list[Message], timeout: float,
                  phase: str) -> list[tuple[int, Message]]:
@@ -178,7 +239,8 @@ class ClientGrid:
 
     def take_traffic(self) -> tuple[dict[int, int], dict[int, int]]:
         """Bytes down/up per client since the last call; ends the round (replies of earlier rounds
-        are no longer mapped to clients, so the map does not grow with the run)."""
+        are no longer mapped to clients, so the map does not grow with the run). `phases` is reset
+        by the caller that reads it."""
         down, up = dict(self.bytes_down), dict(self.bytes_up)
         self.bytes_down.clear()
         self.bytes_up.clear()

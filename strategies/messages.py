@@ -38,6 +38,8 @@ TEACHER_CENTRE = "teacher_centre"  # FedCG teacher-centering: the centre c, sent
 CENTRE_C = "c"  # the one array of TEACHER_CENTRE: float32 [D], the federated mean teacher logit
 # ConfigRecord / MetricRecord names.
 CONFIG = "config"
+FUSED = "fused-evaluate"  # a train message that carries an evaluation too (FusedEvaluation)
+EVALUATION_PREFIX = "evaluate:"  # record name prefix of the evaluation part of a fused message
 CLIENT = "client"  # which logical client a message is for (added by ClientGrid)
 METRICS = "metrics"
 
@@ -192,6 +194,16 @@ class EvaluateReply(_Record):
             raise ValueError("an evaluate reply carries exactly one of 'accuracy' (classification) "
                              "and 'mae' (regression)")
         return self
+
+
+class FusedEvaluation(_Record):
+    """`fused-evaluate` of a train message that also carries the previous round's evaluation
+    (`strategies.fusion`): the client runs the evaluation first, then the training. The evaluation's
+    records travel as `evaluate:<name>`, except `shared` ones, which are identical to the train
+    record of the same name and travel once."""
+
+    message_type: str = Field(pattern=r"^evaluate(\.[A-Za-z_][A-Za-z0-9_]*)?$")
+    shared: list[str] = Field(default_factory=list)
 
 
 class AutoencoderInstructions(_Record):

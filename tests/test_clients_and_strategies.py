@@ -39,14 +39,14 @@ def test_messages_are_rewritten_to_the_hosting_node_and_replies_mapped_back(tiny
     clients = ClientGrid(local, 4, code_fingerprint())
     clients.refresh(timeout=5)
     seen = []
-    original = local.send_and_receive
+    original = local.push_messages
 
-    def spy(messages, *, timeout=None):
+    def spy(messages):
         messages = list(messages)
         seen.extend((m.metadata.dst_node_id, m.content[CLIENT]["client-id"]) for m in messages)
-        return original(messages, timeout=timeout)
+        return original(messages)
 
-    local.send_and_receive = spy
+    local.push_messages = spy
     content = RecordDict({CONFIG: ConfigRecord({"x": 1})})
     from strategies.messages import IDENTIFY
 

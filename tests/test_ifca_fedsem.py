@@ -270,6 +270,7 @@ def label_clusters(tmp_path_factory):
         "labels-per-cluster": 2, "num-clients": 12, "max-samples-per-client": 200, "model": "mclr",
         "num-rounds": 3,
         "finetune-epochs": 0, "ifca.clusters": 3, "fedsem.clusters": 3, "output-dir": str(out),
+        "fuse-evaluate": False,  # train and evaluate messages apart: bytes per message kind
     }
     runs = {m: simulate({**common, "method": m, "run-name": m}, num_nodes=2)
             for m in ("fedavg", "ifca", "fedsem")}

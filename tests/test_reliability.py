@@ -17,6 +17,7 @@ from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from client_app import evaluation, fedavg, identify
+from client_app.app import with_evaluation
 from server_app.app import run
 from server_app.checkpoint import CheckpointError, CheckpointStore, checkpoint_path
 from server_app.config import ConfigError, RunConfig
@@ -208,6 +209,7 @@ def _faulty_app(fault) -> ClientApp:
     app.evaluate()(evaluation.evaluate)
 
     @app.train()
+    @with_evaluation  # a fused message's evaluation goes through Bouquet's own routing
     def train(message: Message, context) -> Message:
         reply = fedavg.train(message, context)
         if int(message.content[CLIENT]["client-id"]) == FAULTY:

@@ -1,0 +1,107 @@
+"""Evaluation riding on the next round's train message (`fuse-evaluate`, default) gives every metric
+the value and round it has with a separate evaluate phase, in one phase per round."""
+
+import json
+
+import numpy as np
+import pytest
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.supercore.task_identity import TaskIdentity
+
+from server_app.simulate import simulate
+from strategies.fusion import fuse, fuse_reply, split_reply, split_request
+from strategies.messages import CLIENT, CONFIG, EVALUATION_PREFIX, FUSED, GLOBAL, METRICS
+
+for _name in ("run_id", "node_id", "task_id"):
+    if getattr(TaskIdentity, f"_{_name}") is None:
+        setattr(TaskIdentity, _name, 1)
+
+TRANSPORT = ("seconds", "bytes-down", "bytes-up", "bytes-down-per-client", "bytes-up-per-client",
+             "phases")
+
+
+def _values(record: dict) -> dict:
+    """A round record without what measures the transport (time, bytes, exchanges)."""
+    def clean(value):
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items() if not k.endswith("seconds")}
+        return value
+    return {k: clean(v) for k, v in record.items() if k not in TRANSPORT}
+
+
+CASES = {
+    # fraction-train 0.5: the clients not trained get their evaluation alone in the same phase;
+    # eval-every 2: round 1 is not evaluated, round 3 (the last) is
+    "fedavg": {"fraction-train": 0.5, "eval-every": 2},
+    # clients without a cluster are evaluated with `evaluate.ifca`, the others with `evaluate`
+    "ifca": {"ifca.clusters": 2, "fraction-train": 0.5},
+    # evaluation goes to held-out test clients, training to the others; evaluate.fedcg
+    "fedcg": {"model": "cnn", "partition": "domains", "num-clients": 8, "max-samples-per-client": 30,
+              "batch-size": 10, "domain-test-clients": 0.5, "fedcg.teacher-period": 2,
+              "fedcg.adj-warmup": 1, "fedcg.bottleneck": 8, "fedcg.domain-stride": 2},
+}
+
+
+@pytest.mark.parametrize("method", sorted(CASES))
+def test_fused_and_unfused_runs_give_the_same_metrics_in_fewer_phases(method, tiny_run, tmp_path):
+    rounds, summaries = {}, {}
+    for fuse_evaluate in (True, False):
+        name = f"{method}-{fuse_evaluate}"
+        summaries[fuse_evaluate] = simulate({
+            **tiny_run, "num-rounds": 3, "finetune-epochs": 1, "max-samples-per-client": 100,
+            **CASES[method], "method": method, "fuse-evaluate": fuse_evaluate, "run-name": name,
+        }, num_nodes=2)
+        rounds[fuse_evaluate] = [json.loads(line) for line in
+                                 (tmp_path / name / "rounds.jsonl").read_text().splitlines()]
+    fused, unfused = rounds[True], rounds[False]
+    assert [r["round"] for r in fused] == [r["round"] for r in unfused] == [0, 1, 2, 3]
+    assert [_values(r) for r in fused] == [_values(r) for r in unfused]
+    assert summaries[True]["final"] == summaries[False]["final"]
+    assert "personalized" in fused[-1]
+    # fused: one phase per round (round 0's evaluation rides on round 1), one more at the end
+    evaluated = [r["round"] for r in unfused if "evaluated-clients" in r]
+    assert sum(r["phases"] for r in unfused) == 3 + len(evaluated)
+    assert sum(r["phases"] for r in fused) == 3 + 1
+
+
+def test_a_record_identical_in_both_halves_travels_once():
+    model = ArrayRecord([np.arange(6, dtype=np.float32)])
+    same_model = ArrayRecord([np.arange(6, dtype=np.float32)])
+    train = Message(RecordDict({GLOBAL: model, CONFIG: ConfigRecord({"lr": 0.1})}),
+                    dst_node_id=3, message_type="train")
+    evaluation = Message(RecordDict({GLOBAL: same_model, CONFIG: ConfigRecord({"batch-size": 8})}),
+                         dst_node_id=3, message_type="evaluate.ifca")
+    fused = fuse(train, evaluation)
+    assert sorted(fused.content.keys()) == sorted([GLOBAL, CONFIG, EVALUATION_PREFIX + CONFIG, FUSED])
+    fused.content[CLIENT] = ConfigRecord({"client-id": 5})  # added on the way to the node
+    train_part, evaluation_part = split_request(fused)
+    assert evaluation_part.metadata.message_type == "evaluate.ifca"
+    assert train_part.metadata.message_type == "train"
+    assert dict(evaluation_part.content[CONFIG]) == {"batch-size": 8}
+    assert dict(train_part.content[CONFIG]) == {"lr": 0.1}
+    for part in (train_part, evaluation_part):
+        assert part.content[GLOBAL].to_numpy_ndarrays()[0].tolist() == list(range(6))
+        assert dict(part.content[CLIENT]) == {"client-id": 5}
+    reply = fuse_reply(fused,
+                       Message(RecordDict({METRICS: MetricRecord({"train-loss": 1.5})}),
+                               reply_to=train_part),
+                       Message(RecordDict({METRICS: MetricRecord({"correct": 3})}),
+                               reply_to=evaluation_part))
+    trained, evaluated = split_reply(fused, reply)
+    assert dict(trained.content[METRICS]) == {"train-loss": 1.5}
+    assert dict(evaluated.content[METRICS]) == {"correct": 3}
+    assert evaluated.metadata.message_type == "evaluate.ifca"
+
+
+def test_a_fused_checkpoint_resumes_unfused_to_the_same_numbers(tiny_run, tmp_path):
+    """The checkpoint of a fused run holds the round whose evaluation was still due; a resumed run
+    evaluates it first, whichever way it sends evaluations."""
+    base = {**tiny_run, "method": "ditto", "num-rounds": 3}
+    full = simulate({**base, "run-name": "full"})
+    simulate({**base, "num-rounds": 1, "run-name": "cut"})
+    resumed = simulate({**base, "run-name": "cut", "resume": True, "fuse-evaluate": False})
+    assert resumed["final"] == full["final"]
+    rounds = [json.loads(line) for line in (tmp_path / "cut" / "rounds.jsonl").read_text().splitlines()]
+    full_rounds = [json.loads(line) for line in
+                   (tmp_path / "full" / "rounds.jsonl").read_text().splitlines()]
+    assert [_values(r) for r in rounds] == [_values(r) for r in full_rounds]
