@@ -8,7 +8,9 @@ one virtual node per client, so node_config partition-id = client id) and do the
 every client trains `local-epochs` epochs of minibatch SGD on its train split starting from the global
 model, the server averages the replies weighted by num-examples (Flower's `aggregate_arrayrecords` on
 both sides), then every client evaluates the new global model on its test split. Bouquet runs with
-`finetune-epochs=0` and `eval-every=1` (no "global + local epoch" fine-tuning) through `simulate`.
+`finetune-epochs=0` and `eval-every=1` (no "global + local epoch" fine-tuning) through `simulate`, with
+its default `fuse-evaluate` (a round's evaluation travels with the next round's train message; the
+same work per round, the last evaluation in a final phase counted in the last round).
 
 The minimal app is a plain `ClientApp` with its own train/evaluate handlers (below) driven by Flower's
 own `FedAvg(...).start(...)`. Per-round seconds: Bouquet's from its rounds.jsonl (`seconds`, measured by
