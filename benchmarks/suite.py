@@ -273,17 +273,19 @@ def plot_bytes(results: list[CellResult], setting: str, rho: float, seed: int,
 
 def write_outputs(results: list[CellResult], settings: Sequence[Setting], rhos: Sequence[float],
                   seeds: Sequence[int], results_dir: Path, command: str,
-                  started: float) -> None:
+                  started: float, extra: dict[str, Any] | None = None) -> None:
     from benchmarks.compare import code_version, machine_facts
 
     m, code = machine_facts(), code_version()
+    extra = extra or {}
     header = [
         "Produced by", "", "```", command, "```", "",
         f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))}; code: commit "
         f"{code.get('commit', '?')}" + (" (with local changes)" if code.get("local-changes") else "")
         + f"; wall time {(time.time() - started) / 60:.1f} min",
         f"- machine: {m['cpu']}, {m['cores']} cores (torch threads {m['torch-threads']})",
-        "- common budget: " + ", ".join(f"{k}={v}" for k, v in COMMON.items()),
+        "- common budget: " + ", ".join(f"{k}={v}" for k, v in COMMON.items())
+        + ("; overridden: " + ", ".join(f"{k}={v}" for k, v in extra.items()) if extra else ""),
     ]
     results_dir.mkdir(parents=True, exist_ok=True)
     for setting in settings:
@@ -311,7 +313,35 @@ def run_suite(settings: Sequence[Setting], rhos: Sequence[float], seeds: Sequenc
             for rho in rhos:
                 results += run_cell(setting, rho, seed, methods, extra, results_dir, runs_root,
                                     fedcg=fedcg)
-                write_outputs(results, settings, rhos, seeds, results_dir, command, started)
+                write_outputs(results, settings, rhos, seeds, results_dir, command, started, extra)
+    return results
+
+
+def merge(parts: Sequence[Path], results_dir: Path, command: str) -> list[CellResult]:
+    """Join suites run separately (e.g. one process per setting or seed) into one set of tables:
+    every part's `suite.json` is read and its cell files are copied into `results_dir`."""
+    import shutil
+
+    results: list[CellResult] = []
+    commands = []
+    for part in parts:
+        stored = json.loads((part / "suite.json").read_text())
+        commands.append(stored["command"])
+        for item in stored["results"]:
+            item["curve"] = [tuple(p) for p in item["curve"]]
+            item["cumulative_bytes"] = [tuple(p) for p in item["cumulative_bytes"]]
+            results.append(CellResult(**item))
+        if part.resolve() != results_dir.resolve():
+            results_dir.mkdir(parents=True, exist_ok=True)
+            for path in part.iterdir():
+                if not path.name.startswith("suite"):
+                    shutil.copy2(path, results_dir / path.name)
+    names = [r.setting for r in results]
+    settings = [SETTINGS[n] for n in SETTINGS if n in names]
+    rhos = sorted({r.rho for r in results}, reverse=True)
+    seeds = sorted({r.seed for r in results})
+    write_outputs(results, settings, rhos, seeds, results_dir,
+                  "\n".join([*commands, command]), time.time())
     return results
 
 
@@ -331,8 +361,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--results-dir", default=str(SUITE_DIR))
     parser.add_argument("--runs-dir", default=str(RUNS_DIR / "suite"))
+    parser.add_argument("--merge", nargs="+", default=None, metavar="DIR",
+                        help="run nothing: join the suite.json of these result folders into "
+                             "--results-dir")
     args = parser.parse_args(argv)
     log_progress()
+    if args.merge:
+        command = "python -m benchmarks.suite " + shlex.join(argv)
+        results = merge([Path(p) for p in args.merge], Path(args.results_dir), command)
+        print((Path(args.results_dir) / "suite-delta.md").read_text())
+        log.info("suite: %d runs merged into %s", len(results), args.results_dir)
+        return 0
     set_threads(args.threads)
     try:
         seeds = [int(s) for s in args.seeds.split(",") if s.strip()]

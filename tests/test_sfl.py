@@ -187,7 +187,7 @@ def test_methods_that_need_a_prior_reject_graph_none(tiny_run):
     with pytest.raises(ConfigError, match="method 'sfl' needs a prior client graph"):
         build_strategy(_cfg(tiny_run, method="sfl", **{"sfl.graph": "none"}))
     with pytest.raises(ConfigError, match="set sfl.beta=1.0 to learn the graph alone"):
-        build_strategy(_cfg(tiny_run, method="sfl-star", **{"sfl.graph": "none"}))
+        build_strategy(_cfg(tiny_run, method="sfl-star", **{"sfl.graph": "none", "sfl.beta": 0.05}))
     star = build_strategy(_cfg(tiny_run, method="sfl-star", **{"sfl.graph": "none", "sfl.beta": 1.0}))
     assert star.prior is None and star.learner is not None
 

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from benchmarks.suite import (
-    SETTINGS, CellResult, delta_matrix, delta_vs_baselines, final_share, main, run_suite,
+    SETTINGS, CellResult, delta_matrix, delta_vs_baselines, final_share, main, merge, run_suite,
 )
 
 
@@ -36,7 +36,7 @@ def test_wrong_cluster_counts_are_true_minus_two_and_plus_three():
 
 def test_a_tiny_grid_writes_tables_the_delta_matrix_and_byte_curves(tiny_run, tmp_path):
     extra = {k: v for k, v in tiny_run.items() if k not in ("output-dir", "run-name")}
-    extra.update({"num-clients": 8, "num-rounds": 2})
+    extra.update({"num-clients": 8, "num-rounds": 1, "max-samples-per-client": 60})
     results = run_suite([SETTINGS["label-clusters"]], [1.0], [0], ["fedavg", "local", "ifca"],
                         extra, tmp_path / "results", tmp_path / "runs", "test", fedcg=False)
     labels = [r.label for r in results]
@@ -50,9 +50,13 @@ def test_a_tiny_grid_writes_tables_the_delta_matrix_and_byte_curves(tiny_run, tm
     ifca, fedavg, local = by["ifca"], by["fedavg"], by["local"]
     expected = ifca.mean - max(fedavg.mean, local.mean)
     assert f"| ifca | {expected:+.2f} |" in (out / "suite-delta.md").read_text()
-    assert len(ifca.curve) == 3 and ifca.cumulative_bytes[-1][0] > ifca.cumulative_bytes[0][0]
+    assert len(ifca.curve) == 2 and ifca.cumulative_bytes[-1][0] > ifca.cumulative_bytes[0][0]
     stored = json.loads((out / "suite.json").read_text())
     assert len(stored["results"]) == 5 and stored["settings"] == ["label-clusters"]
+    merged = merge([out], tmp_path / "merged", "test merge")  # parts run apart, joined
+    assert [r.label for r in merged] == labels
+    assert f"| ifca | {expected:+.2f} |" in (tmp_path / "merged" / "suite-delta.md").read_text()
+    assert (tmp_path / "merged" / "label-clusters-rho1-seed0.md").exists()
 
 
 def test_the_command_line_rejects_an_unknown_setting(capsys):
