@@ -418,9 +418,9 @@ def markdown(meta: dict[str, Any], summaries: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def plot_curves(series: list[tuple[str, list[tuple[int, float]]]], path: Path, ylabel: str,
-                title: str = "") -> None:
-    """One line per (label, [(round, value), ...]) series, saved as a PNG."""
+def plot_curves(series: list[tuple[str, list[tuple[float, float]]]], path: Path, ylabel: str,
+                title: str = "", xlabel: str = "round") -> None:
+    """One line per (label, [(x, value), ...]) series, saved as a PNG (x: the round by default)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -431,8 +431,9 @@ def plot_curves(series: list[tuple[str, list[tuple[int, float]]]], path: Path, y
     for label, points in series:
         if points:
             ax.plot(*zip(*points), marker="o", markersize=3, label=label)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("round")
+    if xlabel == "round":
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if title:
         ax.set_title(title)

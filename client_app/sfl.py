@@ -1,6 +1,6 @@
 """Client half of `sfl` / `sfl-star` (message type `train.sfl`, specs/sfl.md §2 (3) local step, §3.2).
 
-θ ← w (the global read-out); `local-epochs` of SGD on the task loss + λ1·||θ − u_i||_2 + λ2·||θ − w||_2
+θ ← w (the global read-out; `start=personal`: θ ← u_i); `local-epochs` of SGD on the task loss + λ1·||θ − u_i||_2 + λ2·||θ − w||_2
 (non-squared L2 over all trainable parameters [C]); reply `model` = v_i. The task loss is the generic
 loop's (cross-entropy for classification, masked MAE for traffic regression); the pulls come in through
 its `penalty` hook, so they work for either task. `reg-grad=false` reproduces the reference code, whose
@@ -57,7 +57,7 @@ def train(message: Message, context: Context) -> Message:
     if ins.lambda_personal is None or ins.lambda_global is None or ins.reg_grad is None:
         raise ValueError(f"{TRAIN_SFL} needs 'lambda-personal', 'lambda-global' and 'reg-grad' in "
                          "its config")
-    model = rt.model(message.content[GLOBAL])  # θ ← w
+    model = rt.model(message.content[PERSONAL if ins.start == "personal" else GLOBAL])  # θ ← w
     penalty = sfl_penalty(
         model, message.content[PERSONAL].to_torch_state_dict(),
         message.content[GLOBAL].to_torch_state_dict(), ins.lambda_personal, ins.lambda_global,

@@ -32,7 +32,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 from models.gnn import (
     DenseGCN, GCNEncoder, StructureLearner, denoising_loss, denoising_mask, symmetric_normalize,
 )
-from strategies.graph import share_on_edges
+from strategies.graph import structure_share
 from strategies.messages import (
     CONFIG, DESCRIPTOR, GLOBAL, GRAD, GRAD_G, GRAPH_TARGET, H_C, H_G, HEAD, METRICS, MODEL,
     PERSONAL, QUERY_SKA_EMBED, QUERY_SKA_GRAD, SLOT_ENCODING, SLOT_FEATURES, SLOT_P, TRAIN_FEDSKA,
@@ -112,14 +112,17 @@ class FedSKA(PersonalizedStrategy):
 
     def __init__(self, num_clients: int, fraction_train: float, settings: FedSKASection, *,
                  seed: int, round_timeout: float, prior: np.ndarray | None = None,
-                 reference: np.ndarray | None = None) -> None:
+                 reference: np.ndarray | None = None,
+                 truth: tuple[np.ndarray, str] | None = None) -> None:
         super().__init__(num_clients, fraction_train)
         if (settings.graph == "label-sharing" or settings.tau > 0) and prior is None:
             raise ValueError("fedska.graph='label-sharing' and fedska.tau > 0 need the prior graph")
         self.settings, self.seed, self.round_timeout = settings, seed, round_timeout
         self.prior_hat = (None if prior is None
                           else symmetric_normalize(torch.as_tensor(prior, dtype=torch.float32)))
-        self.reference = reference  # label-sharing ground truth: reporting only
+        self.reference = reference  # label-sharing ground truth: display order only
+        # the true structure S is scored against (`strategies.graph.true_structure`)
+        self.truth, self.truth_kind = truth if truth is not None else (None, "")
         self.descriptors: torch.Tensor | None = None  # H^c [K, d]
         self.described = torch.zeros(num_clients, dtype=torch.bool)
         self.num_slots: int | None = None  # L
@@ -229,11 +232,11 @@ class FedSKA(PersonalizedStrategy):
             report["fedska-denoising-loss"] = losses
         if self.num_clients <= GRAPH_HISTORY_MAX_CLIENTS:
             self.history.append(graph.numpy().copy())
-        if self.reference is not None:
-            share = share_on_edges(graph.numpy(), self.reference)
+        if self.truth is not None:
+            share = structure_share(graph.numpy(), self.truth)
             self.shares.append(share)
-            report["fedska-share-label-sharing"] = share
-            report["fedska-random-knn-share"] = self._random_share(self.reference)
+            report[f"fedska-share-{self.truth_kind}"] = share
+            report["fedska-random-knn-share"] = self._random_share(self.truth)
         return report
 
     def _split_learning(self, arrays: ArrayRecord, trained: list[int]) -> dict[str, Any]:
@@ -319,11 +322,12 @@ class FedSKA(PersonalizedStrategy):
 
     # --- reporting ----------------------------------------------------------------------------
     def _random_share(self, reference: np.ndarray) -> float | None:
-        """The label-sharing share of a random graph with k neighbours per row (the baseline)."""
+        """The share inside the true structure of a random graph with k neighbours per row (the
+        baseline)."""
         if self.random_share is None:
             k = max(1, min(self.settings.k, self.num_clients - 1))
-            self.random_share = share_on_edges(random_knn_graph(self.num_clients, k, self.seed),
-                                               reference)
+            self.random_share = structure_share(random_knn_graph(self.num_clients, k, self.seed),
+                                                reference)
         return self.random_share
 
     def round_report(self, server_round: int) -> dict[str, Any]:
@@ -362,10 +366,10 @@ class FedSKA(PersonalizedStrategy):
             "denoising-loss": self.denoising_losses, "split-loss": self.split_losses,
             "bytes-per-client-by-phase": self.phase_bytes,
         }
-        if reference is not None:
-            out["share-label-sharing"] = self.shares
-            out["share-label-sharing-final"] = share_on_edges(self.graph.numpy(), reference)
-            out["random-knn-share"] = self._random_share(reference)
+        if self.truth is not None:
+            out[f"share-{self.truth_kind}"] = self.shares
+            out[f"share-{self.truth_kind}-final"] = structure_share(self.graph.numpy(), self.truth)
+            out["random-knn-share"] = self._random_share(self.truth)
         return {"fedska": out}
 
 
@@ -377,7 +381,7 @@ def build_fedska(cfg: RunConfig) -> FedSKA:
     """FedSKA from the run config; the prior graph (given-graph mode, τ > 0) is loaded and checked
     before any client is contacted."""
     from strategies.fedu import given_graph
-    from strategies.sfl import ground_truth
+    from strategies.sfl import ground_truth, structure_truth
 
     s = cfg.fedska
     prior = None
@@ -387,4 +391,5 @@ def build_fedska(cfg: RunConfig) -> FedSKA:
     truth = ground_truth(cfg)
     reference = truth.label_graph if truth is not None else None
     return FedSKA(cfg.num_clients, cfg.fraction_train, s, seed=cfg.seed,
-                  round_timeout=cfg.round_timeout, prior=prior, reference=reference)
+                  round_timeout=cfg.round_timeout, prior=prior, reference=reference,
+                  truth=structure_truth(cfg))

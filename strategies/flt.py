@@ -14,7 +14,8 @@ discovered client graph:
   and placed with the fitted UMAP's `transform` (`place_client`).
 - Rounds: sampled clients train their own model (`train.local`, plain SGD); then every client's model
   becomes the n-weighted mean of its Ã-neighbours' latest models, stale ones included (spec §2 [C],
-  Jacobi from a snapshot; `strategies.graph.NeighbourhoodModels`). With clusters, one model per
+  Jacobi from a snapshot; `strategies.graph.NeighbourhoodModels`); `flt.fresh-only=true` averages
+  only the neighbours trained this round (a client with none keeps its model). With clusters, one model per
   cluster. Every client is evaluated with its own model on its own test split.
 """
 
@@ -214,8 +215,12 @@ class FLT(PersonalizedStrategy):
         self._trained.append(client)
 
     def after_train(self, server_round: int) -> ArrayRecord | None:
-        """w_m ← Σ_j Ã_mj n_j w_j / Σ_j Ã_mj n_j for every m (spec §2 [C], Jacobi, stale included)."""
-        self.models.aggregate(self.personal, sorted(self._trained), self.num_examples)
+        """w_m ← Σ_j Ã_mj n_j w_j / Σ_j Ã_mj n_j for every m (spec §2 [C], Jacobi, stale included);
+        `flt.fresh-only`: over the neighbours trained this round only."""
+        if self.settings.fresh_only:
+            self.models.aggregate_fresh(self.personal, sorted(self._trained), self.num_examples)
+        else:
+            self.models.aggregate(self.personal, sorted(self._trained), self.num_examples)
         self._trained = []
         return None
 

@@ -309,6 +309,30 @@ class NeighbourhoodModels:
         self.models, self.scale = out, scale
         self.model_of = self.group_of.clone()
 
+    def aggregate_fresh(self, trained: torch.Tensor, sampled: torch.Tensor | list[int],
+                        num_examples: torch.Tensor) -> None:
+        """One fresh-only aggregation: w_m ← Σ_{j ∈ N(m) ∩ S} n_j w_j / Σ_{j ∈ N(m) ∩ S} n_j over
+        the neighbours sampled this round (S) only; a client none of whose neighbours was sampled
+        keeps the model it holds. Stale models never enter an average."""
+        index = torch.as_tensor(sorted(set(int(c) for c in sampled)), dtype=torch.long)
+        if len(index) == 0:
+            return
+        weights = self.distinct[:, index].to(torch.float64) * num_examples[index].to(torch.float64)
+        mass = weights.sum(dim=1)  # [u]
+        reached = mass > 0
+        sums = ((weights[reached] / mass[reached, None]).to(trained.dtype) @ trained[index])
+        group_row = torch.full((len(mass),), -1, dtype=torch.long)
+        group_row[reached] = torch.arange(int(reached.sum()))
+        client_row = group_row[self.group_of]  # [M]: the fresh row, or -1 (keeps its model)
+        keeps = client_row < 0
+        held = torch.unique(self.model_of[keeps])  # held models still in use
+        held_row = torch.full((self.num_models,), -1, dtype=torch.long)
+        held_row[held] = len(sums) + torch.arange(len(held))
+        self.models = torch.cat([sums, self.models[held] * self.scale[held, None]])
+        self.scale = torch.ones(len(self.models), dtype=self.models.dtype)
+        self.model_of = torch.where(keeps, held_row[self.model_of], client_row)
+        self._spare = None
+
     def __getstate__(self) -> dict[str, Any]:
         """Checkpoints leave the spare buffer out (it holds nothing needed)."""
         return {**self.__dict__, "_spare": None}
@@ -395,6 +419,57 @@ def share_inside_groups(adjacency: np.ndarray, groups: np.ndarray) -> float | No
         return None
     groups = np.asarray(groups)
     return float((weights * (groups[:, None] == groups[None, :])).sum() / total)
+
+
+def true_structure(partition: Any, labels: np.ndarray | None = None) -> tuple[np.ndarray, str] | None:
+    """The ground truth a learned client graph is scored against, [K, K] in [0, 1], and its name.
+
+    `true-clusters`: 1 for two clients of the same true cluster (label-clusters, domains: the
+    partition's `cluster_ids`). Otherwise `label-similarity`: the cosine similarity of two clients'
+    train-label histograms (needs the source `labels`), which stays informative where every pair
+    shares some label (Dirichlet) and a binary label-sharing graph would be complete. Without
+    either: `label-sharing`, the partition's binary label graph. None when nothing is known."""
+    if partition is None:
+        return None
+    clusters = getattr(partition, "cluster_ids", None)
+    if clusters is not None:
+        clusters = np.asarray(clusters)
+        return (clusters[:, None] == clusters[None, :]).astype(np.float64), "true-clusters"
+    if labels is not None:
+        labels = np.asarray(labels)
+        classes = int(labels.max()) + 1 if labels.size else 1
+        hist = np.stack([np.bincount(labels[idx], minlength=classes) for idx in
+                         partition.train_indices]).astype(np.float64)
+        norms = np.linalg.norm(hist, axis=1, keepdims=True)
+        unit = hist / np.where(norms > 0, norms, 1.0)
+        return np.clip(unit @ unit.T, 0.0, 1.0), "label-similarity"
+    return np.asarray(partition.label_graph, dtype=np.float64), "label-sharing"
+
+
+def structure_share(weights: np.ndarray | torch.Tensor, truth: np.ndarray) -> float | None:
+    """Σ_{i≠j} |w_ij|·t_ij / Σ_{i≠j} |w_ij|: the share of a graph's off-diagonal weight inside the
+    true structure t (`true_structure`; for a binary t, the share on same-cluster pairs). None when
+    the graph has no off-diagonal weight."""
+    w = np.abs(np.asarray(weights, dtype=np.float64)).copy()
+    np.fill_diagonal(w, 0.0)
+    total = w.sum()
+    if total <= 0:
+        return None
+    return float((w * np.asarray(truth, dtype=np.float64)).sum() / total)
+
+
+def uniform_share(truth: np.ndarray) -> float | None:
+    """`structure_share` of the complete graph (every pair weighted alike): the chance level."""
+    n = len(truth)
+    return structure_share(np.ones((n, n)), truth) if n > 1 else None
+
+
+def fresh_graph(adjacency: torch.Tensor | np.ndarray, weights: torch.Tensor) -> torch.Tensor:
+    """rownorm(A·diag(m)): neighbour j's column weighted by m_j ≥ 0 (0 = its row must not be read,
+    e.g. a never-trained client), rows renormalised. Every hop of Â^L then reads only rows with
+    m_j > 0; a row left without weight becomes a self-loop (`row_normalize`)."""
+    a = torch.as_tensor(np.asarray(adjacency), dtype=torch.float64)
+    return row_normalize(a * weights.to(torch.float64)[None, :])
 
 
 # --- GCN aggregation over client graphs (SFL) ---

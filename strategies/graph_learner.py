@@ -37,6 +37,8 @@ GraphTarget = Literal["similarity", "distance"]
 GRAPH_TARGETS: tuple[str, ...] = ("similarity", "distance")
 LearnerOptimizer = Literal["adam", "sgd"]
 LEARNER_OPTIMIZERS: tuple[str, ...] = ("adam", "sgd")
+LearnerModel = Literal["mtgnn", "knn"]
+LEARNER_MODELS: tuple[str, ...] = ("mtgnn", "knn")
 
 
 class GraphConstructor(nn.Module):
@@ -81,7 +83,10 @@ class GraphLearner:
     def __init__(self, num_clients: int, *, k: int = 10, dim: int = 40, scale: float = 3.0,
                  init_std: float = 0.1, steps: int = 50, lr: float = 0.01, optimizer: LearnerOptimizer = "adam",
                  weight_decay: float = 0.0, persist: bool = True, target: GraphTarget = "similarity",
-                 symmetric: bool = True, self_loops: bool = True, seed: int = 0) -> None:
+                 symmetric: bool = True, self_loops: bool = True, seed: int = 0,
+                 model: LearnerModel = "mtgnn") -> None:
+        if model not in LEARNER_MODELS:
+            raise ValueError(f"unknown graph learner {model!r}; allowed: {', '.join(LEARNER_MODELS)}")
         if target not in GRAPH_TARGETS:
             raise ValueError(f"unknown graph target {target!r}; allowed: {', '.join(GRAPH_TARGETS)}")
         if optimizer not in LEARNER_OPTIMIZERS:
@@ -93,6 +98,8 @@ class GraphLearner:
         self.optimizer_name, self.weight_decay = optimizer, weight_decay
         self.persist, self.target, self.seed = persist, target, seed
         self.symmetric, self.self_loops = symmetric, self_loops
+        self.model = model
+        self._similarity: torch.Tensor | None = None  # `knn`: the scores of the last fit
         self.module: GraphConstructor | None = None
         self.optimizer: torch.optim.Optimizer | None = None
         self.fits = 0
@@ -109,37 +116,81 @@ class GraphLearner:
         else:
             self.optimizer = torch.optim.SGD(params, lr=self.lr, weight_decay=self.weight_decay)
 
-    def fit(self, rows: torch.Tensor) -> torch.Tensor:
+    def fit(self, rows: torch.Tensor, include: torch.Tensor | None = None) -> torch.Tensor:
         """`steps` optimiser steps of MSE(rowL2(A_L), rowL2(Target)) on the distances of the rows
-        V [N, P]; returns A_learn [N, N] (float32, see `export`)."""
+        V [N, P]; returns A_learn [N, N] (float32, see `export`).
+
+        `include` [N] bool: fit to the distances among these rows only (e.g. the clients that have
+        trained: a never-trained row is the initial model, and its distances say nothing about its
+        data); the other clients get no learned edge (`export`). None = every row (spec)."""
         if rows.shape[0] != self.num_clients:
             raise ValueError(f"rows must have {self.num_clients} rows, got {rows.shape[0]}")
-        target = graph_target(pairwise_row_distances(rows), self.target).to(torch.float32)
+        index = None if include is None else torch.nonzero(include).squeeze(1)
+        if index is not None and len(index) == self.num_clients:
+            index = None
+        if self.model == "knn":
+            return self._fit_knn(rows, index, include)
         if self.module is None or not self.persist:
             self._fresh()
         self.module.train()
         loss = torch.tensor(float("nan"))
-        for _ in range(self.steps):
-            self.optimizer.zero_grad(set_to_none=True)
-            loss = F.mse_loss(F.normalize(self.module(), dim=1), target)
-            loss.backward()
-            self.optimizer.step()
+        if index is None or len(index) >= 2:
+            subset = rows if index is None else rows[index]
+            target = graph_target(pairwise_row_distances(subset), self.target).to(torch.float32)
+            for _ in range(self.steps):
+                self.optimizer.zero_grad(set_to_none=True)
+                scores = self.module()
+                if index is not None:
+                    scores = scores[index][:, index]
+                loss = F.mse_loss(F.normalize(scores, dim=1), target)
+                loss.backward()
+                self.optimizer.step()
         self.fits += 1
         self.losses.append(float(loss.detach()))
-        return self.export()
+        return self.export(include=None if index is None else include)
+
+    @torch.no_grad()
+    def _fit_knn(self, rows: torch.Tensor, index: torch.Tensor | None,
+                 include: torch.Tensor | None) -> torch.Tensor:
+        """`knn`: the scores are the similarity max(Dist) − Dist itself (zero diagonal), so the
+        export keeps every client's k nearest models — the graph the MTGNN learner is fitted to
+        approximate, without its antisymmetric parametrisation (one direction per pair)."""
+        subset = rows if index is None else rows[index]
+        distance = pairwise_row_distances(subset)
+        similarity = (distance.max() - distance).to(torch.float32)
+        similarity.fill_diagonal_(0.0)
+        if index is None:
+            self._similarity = similarity
+        else:
+            self._similarity = torch.zeros(self.num_clients, self.num_clients)
+            self._similarity[index.unsqueeze(1), index.unsqueeze(0)] = similarity
+        self.fits += 1
+        self.losses.append(0.0)
+        return self.export(include=include if index is not None else None)
 
     @torch.no_grad()
     def scores(self) -> torch.Tensor:
         """The full learned score matrix A_L (no top-k) of the current learner."""
+        if self.model == "knn":
+            if self._similarity is None:
+                raise RuntimeError("the graph learner has not been fitted yet")
+            return self._similarity
         if self.module is None:
             raise RuntimeError("the graph learner has not been fitted yet")
         return self.module()
 
     @torch.no_grad()
-    def export(self) -> torch.Tensor:
+    def export(self, include: torch.Tensor | None = None) -> torch.Tensor:
         """A_learn = rownorm(T [+ Tᵀ] [+ I]), T = topk(A_L) (spec §2 (5): top-k per row, the rest 0;
-        [D] symmetrised and with self-loops unless switched off); rows sum to 1."""
-        graph = top_k_per_row(self.scores(), self.k)
+        [D] symmetrised and with self-loops unless switched off); rows sum to 1. With `include`,
+        A_L is restricted to the included clients first (top-k among them; the others' rows and
+        columns are 0, so their rows become self-loops)."""
+        scores = self.scores()
+        if include is not None:
+            keep = include.to(scores.dtype)
+            scores = scores * keep[:, None] * keep[None, :]
+        k = self.k if include is None else max(0, min(self.k, int(include.sum()) - 1))
+        graph = top_k_per_row(scores, k)
         if self.symmetric:
             graph = graph + graph.T
         if self.self_loops:

@@ -6,7 +6,7 @@ kebab-case on the wire (Flower's convention, e.g. `server-round`, `num-examples`
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from flwr.app import ConfigRecord, MetricRecord, RecordDict
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -131,6 +131,7 @@ class TrainInstructions(_Record):
     lambda_personal: float | None = Field(None, ge=0.0)  # SFL λ1: pull ||θ − u_i||_2
     lambda_global: float | None = Field(None, ge=0.0)  # SFL λ2: pull ||θ − w||_2
     reg_grad: bool | None = None  # SFL: pulls carry gradients (false = reference code)
+    start: Literal["global", "personal"] = "global"  # SFL: θ starts from w (spec) or from u_i
     lambda_s: float | None = Field(None, ge=0.0)  # FedSKA λ_S: weight of the cosine pull L_S
     num_slots: int | None = Field(None, ge=1)  # FedSKA L: aligned slots of `graph_target`
     domain_lr: float | None = Field(None, gt=0.0)  # FedCG: SGD learning rate of the student

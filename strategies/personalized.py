@@ -65,6 +65,15 @@ class PersonalizedStrategy(Strategy):
         self.clients: ClientGrid | None = None
         self.aggregation = "mean"  # rule of the global part (`robust_mean`); set by the registry
         self.trim_fraction = 0.2
+        self.last_trained = torch.full((num_clients,), -1, dtype=torch.long)  # round; -1 = never
+
+    def freshness(self, server_round: int, decay: float = 1.0) -> torch.Tensor:
+        """Weight [N] of every client's row: 0 for a client that never trained (its row is still the
+        initial model), decay^(rounds since it last trained) otherwise (1 for this round's clients;
+        decay = 1: every trained row weighs 1)."""
+        age = (server_round - self.last_trained).to(torch.float64)
+        weights = torch.pow(torch.tensor(decay, dtype=torch.float64), age)
+        return torch.where(self.last_trained >= 0, weights, torch.zeros_like(weights))
 
     def global_mean(self, rows: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """The global part's aggregate of this round's client rows under `self.aggregation`."""
@@ -127,6 +136,7 @@ class PersonalizedStrategy(Strategy):
             client = self.clients.client_id(reply)
             metrics = TrainReply.read(reply.content[METRICS])
             self.num_examples[client] = metrics.num_examples
+            self.last_trained[client] = server_round
             self.absorb(client, reply.content)
             losses.append(metrics.train_loss)
             weights.append(metrics.num_examples)

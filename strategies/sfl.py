@@ -28,7 +28,8 @@ from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
 from strategies.clients import ClientGrid
 from strategies.graph import (
-    GCNPropagation, check_adjacency, read_adjacency, row_normalize, share_on_edges,
+    GCNPropagation, check_adjacency, fresh_graph, read_adjacency, row_normalize, structure_share,
+    true_structure, uniform_share,
 )
 from strategies.graph_learner import GraphLearner, blend
 from strategies.messages import CONFIG, GLOBAL, MODEL, PERSONAL, TRAIN_SFL
@@ -50,7 +51,8 @@ class SFL(PersonalizedStrategy):
 
     def __init__(self, num_clients: int, fraction_train: float, settings: SFLSection, *,
                  prior: np.ndarray | None, learner: GraphLearner | None = None,
-                 reference: np.ndarray | None = None, graph_source: str = "") -> None:
+                 reference: np.ndarray | None = None, graph_source: str = "",
+                 truth: tuple[np.ndarray, str] | None = None) -> None:
         super().__init__(num_clients, fraction_train)
         if prior is None and learner is None:
             raise ValueError("SFL needs a prior graph, a graph learner, or both")
@@ -60,7 +62,11 @@ class SFL(PersonalizedStrategy):
         self.prior = None if prior is None else check_adjacency(prior, num_clients)
         self.prior_hat = None if prior is None else row_normalize(self.prior)
         self.reference = reference  # ground-truth label-sharing graph: reporting only
+        # the true structure A_learn is scored against (`strategies.graph.true_structure`)
+        self.truth, self.truth_kind = truth if truth is not None else (None, "")
         self.aggregated: torch.Tensor | None = None  # U [N, P]
+        self.global_row: torch.Tensor | None = None  # w of the last read-out
+        self.updates: torch.Tensor | None = None  # SFL*, gl-features=updates: last v_i − start
         self.learned: torch.Tensor | None = None  # A_learn of the last round (SFL*)
         self.graph_hat = self.prior_hat if learner is None else None  # Â used in the last round
         self.propagation: GCNPropagation | None = None  # SFL*: rebuilt every round
@@ -68,7 +74,7 @@ class SFL(PersonalizedStrategy):
             self.propagation = GCNPropagation(self.prior_hat, settings.hops, settings.alpha,
                                               settings.propagation)
         self.history: list[np.ndarray] = []  # per-round Â of SFL* (small N only)
-        self.shares: list[float | None] = []  # per-round share of A_learn on label-sharing pairs
+        self.shares: list[float | None] = []  # per-round share of A_learn inside the true structure
         self.seconds: list[float] = []  # per-round server aggregation time (learner + GCN + read-out)
         self._absorbed = 0
         self._report: dict[str, Any] = {}
@@ -79,6 +85,9 @@ class SFL(PersonalizedStrategy):
         super()._bind(arrays, grid)  # V: every row = w0 (§3)
         if first:
             self.aggregated = self.personal.clone()  # U = V at the start
+            self.global_row = self.personal[0].clone()  # w = w0
+            if self.learner is not None and self.settings.gl_features == "updates":
+                self.updates = torch.zeros_like(self.personal)
 
     def personal_arrays(self, client: int) -> ArrayRecord:
         """u_i: row i of U (what client i is pulled toward and evaluated with)."""
@@ -91,47 +100,97 @@ class SFL(PersonalizedStrategy):
         sfl["lambda-personal"] = s.lambda_personal
         sfl["lambda-global"] = s.lambda_global
         sfl["reg-grad"] = s.reg_grad
+        sfl["start"] = s.start
         return RecordDict({GLOBAL: arrays, PERSONAL: self.personal_arrays(client), CONFIG: sfl})
 
     def absorb(self, client: int, content: RecordDict) -> None:
-        """V_i ← v_i, the model the client trained (`model`)."""
+        """V_i ← v_i, the model the client trained (`model`); with `gl-features=updates` also the
+        client's update v_i − (the model it started from: u_i or w)."""
         self.personal[client] = self.layout.row(content[MODEL])
+        if self.updates is not None:
+            start = (self.aggregated[client] if self.settings.start == "personal"
+                     else self.global_row)
+            self.updates[client] = self.personal[client] - start
         self._absorbed += 1
 
     # --- server step --------------------------------------------------------------------------
+    def row_weights(self, server_round: int) -> torch.Tensor | None:
+        """The weight of every row of V in the propagation and the read-out: `sfl.rows='trained'`
+        gives a never-trained client's row (still w0) weight 0 and a row last trained a rounds ago
+        `staleness-decay`^a; `rows='all'` (spec) reads every row alike (None)."""
+        if self.settings.rows == "all":
+            return None
+        return self.freshness(server_round, self.settings.staleness_decay)
+
     def after_train(self, server_round: int) -> ArrayRecord | None:
-        """SFL*: learn A_learn and blend; then U = α·Â^L·V + (1−α)·V and w = mean_i U_i (§3.3)."""
+        """SFL*: learn A_learn and blend; then U = α·Â^L·V + (1−α)·V and w = mean_i U_i (§3.3),
+        over the rows that `row_weights` lets in (Â's columns weighted and rows renormalised)."""
         if not self._absorbed:
             return None
         self._absorbed = 0
         started = time.perf_counter()
         report: dict[str, Any] = {}
+        weights = self.row_weights(server_round)
+        trained = None if weights is None else weights > 0
         if self.learner is not None:
-            self.learned = self.learner.fit(self.personal)
-            self.graph_hat = row_normalize(blend(self.prior_hat, self.learned, self.settings.beta))
-            self.propagation = GCNPropagation(self.graph_hat, self.settings.hops,
-                                              self.settings.alpha, self.settings.propagation)
-            share = (share_on_edges(self.learned.numpy(), self.reference)
-                     if self.reference is not None else None)
-            self.shares.append(share)
+            self.learned = self.learner.fit(self.learner_features(), include=trained)
+            graph = blend(self.prior_hat, self.learned, self.settings.beta)
+            self._use_graph(graph, weights)
+            if self.truth is not None:
+                share = structure_share(self.learned.numpy(), self.truth)
+                self.shares.append(share)
+                if share is not None:
+                    report[f"sfl-learned-share-{self.truth_kind}"] = share
             if self.num_clients <= GRAPH_HISTORY_MAX_CLIENTS:
                 self.history.append(self.graph_hat.numpy().copy())
             report["sfl-learner-loss"] = self.learner.losses[-1]
-            if share is not None:
-                report["sfl-learned-share-label-sharing"] = share
+        elif weights is not None:
+            self._use_graph(self.prior_hat, weights)
         self.aggregated = self.propagation.apply(self.personal, out=self.aggregated)
-        global_row = self.aggregated.mean(dim=0)  # read-out: unweighted mean (§6.6)
+        if weights is None:
+            global_row = self.aggregated.mean(dim=0)  # read-out: unweighted mean (§6.6)
+        else:
+            global_row = (weights / weights.sum()).to(torch.float32) @ self.aggregated
+            base = self.prior_hat if self.learner is None else graph
+            reached = torch.as_tensor(np.asarray(base), dtype=torch.float64) @ weights
+            orphans = ~trained & (reached <= 0)  # no trained neighbour: the global model
+            if bool(orphans.any()):
+                self.aggregated[orphans] = global_row
+        self.global_row = global_row
         seconds = time.perf_counter() - started
         self.seconds.append(seconds)
         report["sfl-aggregation-seconds"] = seconds
         report["sfl-propagation"] = self.propagation.describe()
+        if weights is not None:
+            report["sfl-trained-rows"] = int(trained.sum())
         self._report = report
         return self.layout.arrays(global_row)
 
+    def learner_features(self) -> torch.Tensor:
+        """What SFL*'s learner measures distances between: the rows of V (spec), or with
+        `gl-features=updates` every client's last update scaled to unit norm (distances then
+        order pairs by the cosine of their updates, which rows of different ages keep comparable)."""
+        if self.updates is None:
+            return self.personal
+        norms = self.updates.norm(dim=1, keepdim=True)
+        return self.updates / torch.where(norms > 0, norms, torch.ones_like(norms))
+
+    def _use_graph(self, graph: torch.Tensor | np.ndarray, weights: torch.Tensor | None) -> None:
+        """Â for this round's propagation: rownorm(A) (spec), or with the row weights
+        rownorm(A·diag(m)); the plan is rebuilt only when Â changes."""
+        graph_hat = (row_normalize(graph) if weights is None
+                     else fresh_graph(torch.as_tensor(np.asarray(graph)), weights))
+        if (self.propagation is not None and self.graph_hat is not None
+                and torch.equal(graph_hat, self.graph_hat)):
+            return
+        self.graph_hat = graph_hat
+        self.propagation = GCNPropagation(graph_hat, self.settings.hops, self.settings.alpha,
+                                          self.settings.propagation)
+
     # --- reporting ----------------------------------------------------------------------------
     def round_report(self, server_round: int) -> dict[str, Any]:
-        """Merged into rounds.jsonl: server seconds, propagation plan; SFL*: learner loss and the
-        share of A_learn's weight on label-sharing pairs (when the ground truth is known)."""
+        """Merged into rounds.jsonl: server seconds, propagation plan, trained rows; SFL*: learner
+        loss and the share of A_learn's weight inside the true structure (when it is known)."""
         report, self._report = self._report, {}
         return report
 
@@ -156,8 +215,9 @@ class SFL(PersonalizedStrategy):
             save_matrix(directory, "graph", graph, order=order,
                         title=f"{name}: Â used in the last round (row-normalised)")
             out["edges-per-client"] = float((graph > 0).sum(axis=1).mean())
-            if reference is not None:
-                out["graph-share-label-sharing"] = share_on_edges(graph, reference)
+            if self.truth is not None:
+                out[f"graph-share-{self.truth_kind}"] = structure_share(graph, self.truth)
+                out[f"uniform-share-{self.truth_kind}"] = uniform_share(self.truth)
         if self.prior is not None and self.learner is not None:
             save_matrix(directory, "prior-graph", self.prior_hat.numpy(), order=order,
                         title="SFL*: prior Â_prior (row-normalised)")
@@ -169,11 +229,11 @@ class SFL(PersonalizedStrategy):
             out.update({
                 "beta": self.settings.beta, "learner-k": self.learner.k,
                 "learner-loss": self.learner.losses,
-                "learned-share-label-sharing": self.shares,
             })
-            if reference is not None:
-                out["learned-share-label-sharing-final"] = share_on_edges(
-                    self.learned.numpy(), reference)
+            if self.truth is not None:
+                out[f"learned-share-{self.truth_kind}"] = self.shares
+                out[f"learned-share-{self.truth_kind}-final"] = structure_share(
+                    self.learned.numpy(), self.truth)
         return {"sfl": out}
 
 
@@ -249,6 +309,22 @@ def ground_truth(cfg: RunConfig, required: bool = False) -> Partition | None:
         return None
 
 
+def structure_truth(cfg: RunConfig) -> tuple[np.ndarray, str] | None:
+    """The true client structure of the run's partition (`strategies.graph.true_structure`): same
+    true cluster where the partition has clusters (label-clusters, domains), else the clients'
+    label-histogram similarity; None when the server cannot rebuild the partition."""
+    from datasets.federated import load_partition
+    from datasets.sources import DataNotFoundError, dataset_task
+
+    try:
+        source, partition = load_partition(cfg.data_spec)
+    except (DataNotFoundError, OSError):
+        return None
+    labels = (getattr(source, "labels", None) if dataset_task(cfg.dataset) == "classification"
+              else None)
+    return true_structure(partition, labels)
+
+
 def build_sfl(cfg: RunConfig, learn: bool) -> SFL:
     """`sfl` (learn=False) or `sfl-star` (learn=True) from the run config. Every graph is loaded and
     checked here, before any client is contacted. SFL* with β = 1 uses no prior (none is loaded)."""
@@ -264,8 +340,9 @@ def build_sfl(cfg: RunConfig, learn: bool) -> SFL:
     prior = prior_graph(cfg) if needs_prior else None
     reference = None
     if learn:
-        truth = ground_truth(cfg)
-        reference = truth.label_graph if truth is not None else None
+        partition = ground_truth(cfg)
+        reference = partition.label_graph if partition is not None else None
+    truth = structure_truth(cfg)
     learner = None
     if learn:
         learner = GraphLearner(
@@ -273,9 +350,9 @@ def build_sfl(cfg: RunConfig, learn: bool) -> SFL:
             steps=s.gl_steps,
             lr=s.gl_lr, optimizer=s.gl_optimizer, weight_decay=s.gl_weight_decay,
             persist=s.gl_persist, target=s.gl_target, symmetric=s.gl_symmetric,
-            self_loops=s.gl_self_loops, seed=cfg.seed)
+            self_loops=s.gl_self_loops, seed=cfg.seed, model=s.gl_model)
     if prior is not None:
         log.info("SFL: prior graph '%s': %d clients, %.1f neighbours per client (self included)",
                  s.graph, len(prior), float((prior > 0).sum(axis=1).mean()))
     return SFL(cfg.num_clients, cfg.fraction_train, s, prior=prior, learner=learner,
-               reference=reference, graph_source=s.graph)
+               reference=reference, graph_source=s.graph, truth=truth)

@@ -219,7 +219,7 @@ def test_fedska_federation_learns_a_graph_trains_gnn_e_and_reports_bytes_by_phas
     assert slots == 160  # L = max_k N_k
     for record in rounds[1:]:
         assert len(record["fedska-denoising-loss"]) == 10 and len(record["fedska-split-loss"]) == 2
-        assert 0.0 <= record["fedska-share-label-sharing"] <= 1.0
+        assert 0.0 <= record["fedska-share-label-similarity"] <= 1.0
         phases = record["fedska-bytes-per-client"]
         assert set(phases) == {"train", "embed", "grad", "evaluate"}
         assert slots * 64 * 4 <= phases["embed"]["up"] < slots * 64 * 4 + 1000  # P_k: L×d floats

@@ -81,6 +81,25 @@ def test_flt_samples_ceil_rho_m_clients(online, rho, flt_count, floor_count):
     assert Local(online, rho).sample_size(online) == floor_count
 
 
+@pytest.mark.parametrize("fresh_only", [False, True])
+def test_flt_fresh_only_averages_the_sampled_neighbours_only(fresh_only):
+    from strategies.graph import NeighbourhoodModels
+
+    flt = FLT(3, 0.5, FLTSection(fresh_only=fresh_only), input_shape=(1, 28, 28))
+    held = torch.tensor([[1.0, 1.0], [3.0, 3.0], [5.0, 5.0]])
+    flt.models = NeighbourhoodModels(held[0], 3)
+    flt.models.aggregate(held, [0, 1, 2], torch.ones(3))  # Ã = I: every client holds its row
+    flt.models.set_graph(np.ones((3, 3), dtype=np.float32))
+    flt.personal = held.clone()
+    flt.personal[1] = torch.tensor([7.0, 7.0])  # client 1 trained this round
+    flt.num_examples = torch.ones(3)
+    flt._trained = [1]
+    flt.after_train(1)
+    expected = [7.0, 7.0] if fresh_only else [(1.0 + 7.0 + 5.0) / 3] * 2  # spec: stale included
+    for client in range(3):
+        torch.testing.assert_close(flt.models.model(client), torch.tensor(expected))
+
+
 def test_k_is_fixed_or_the_number_of_local_labels():
     labels = torch.tensor([3, 3, 7, 3])
     assert local_k(2, "fixed", labels, num_codes=100) == 2
@@ -231,6 +250,6 @@ def test_readme_documents_every_flt_key():
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     section = readme.split("### FLT (Federated Learning with Taskonomy)")[1].split("\n## ")[0]
     keys = [key for key in RunConfig().flat() if key.startswith("flt.")]
-    assert len(keys) == 13
+    assert len(keys) == 14
     for key in keys:
         assert f"`{key}`" in section, key

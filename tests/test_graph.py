@@ -12,8 +12,9 @@ from scipy.cluster.hierarchy import fcluster, linkage
 
 from strategies.graph import (
     NeighbourhoodModels, adjusted_rand, cluster_adjacency, connected_components, matching_distance,
-    neighbourhood_average, neighbourhood_weights, set_distances, share_inside_groups,
-    threshold_adjacency, umap_embed, umap_place, ward_clusters,
+    fresh_graph, neighbourhood_average, neighbourhood_weights, set_distances, share_inside_groups,
+    structure_share, threshold_adjacency, true_structure, umap_embed, umap_place, uniform_share,
+    ward_clusters,
 )
 from strategies.personalized import weighted_mean
 
@@ -193,3 +194,60 @@ def test_umap_is_deterministic_and_places_new_points_near_their_group():
         assert groups[nearest] == 2
     with pytest.raises(ValueError, match="at least 3 centroids"):
         umap_embed(points[:2])
+
+
+# --- fresh-only FLT step, fresh rows in SFL, graph quality against the true structure -------------
+def test_a_fresh_only_step_is_the_mean_of_the_sampled_neighbours_and_keeps_the_rest():
+    rng = np.random.default_rng(5)
+    adjacency = np.array([[1, 1, 0, 0], [1, 1, 1, 0], [0, 1, 1, 0], [0, 0, 0, 1]], dtype=np.float32)
+    held = torch.from_numpy(rng.normal(size=(4, 6)))
+    models = NeighbourhoodModels(held[0], 4)
+    models.aggregate(held, [0, 1, 2, 3], torch.ones(4, dtype=torch.float64))  # Ã = I: held rows
+    models.set_graph(adjacency)
+    trained = torch.from_numpy(rng.normal(size=(4, 6)))
+    n = torch.tensor([1.0, 3.0, 2.0, 5.0], dtype=torch.float64)
+    models.aggregate_fresh(trained, [1, 2], n)
+    rows = models.rows()
+    mean_12 = (3.0 * trained[1] + 2.0 * trained[2]) / 5.0
+    torch.testing.assert_close(rows[0], trained[1])  # neighbours {0, 1}: only 1 was sampled
+    torch.testing.assert_close(rows[1], mean_12)  # {0, 1, 2}: the mean of the sampled 1 and 2
+    torch.testing.assert_close(rows[2], mean_12)
+    torch.testing.assert_close(rows[3], held[3])  # no sampled neighbour: keeps its model
+    stale = NeighbourhoodModels(held[0], 4)  # the spec's step reads client 0's held row too
+    stale.aggregate(held, [0, 1, 2, 3], torch.ones(4, dtype=torch.float64))
+    stale.set_graph(adjacency)
+    stale.aggregate(trained, [1, 2], n)
+    torch.testing.assert_close(stale.rows()[0], (held[0] + 3.0 * trained[1]) / 4.0)
+
+
+def test_fresh_graph_zeroes_the_columns_of_untrained_rows_and_renormalises():
+    a = torch.ones(3, 3)
+    g = fresh_graph(a, torch.tensor([1.0, 0.0, 0.5]))
+    torch.testing.assert_close(g, torch.tensor([[2 / 3, 0.0, 1 / 3]] * 3))
+    lonely = fresh_graph(torch.eye(2), torch.tensor([1.0, 0.0]))
+    torch.testing.assert_close(lonely, torch.eye(2))  # no weighted neighbour: a self-loop
+
+
+class _Partition:
+    def __init__(self, train_indices, cluster_ids=None):
+        self.train_indices, self.cluster_ids = train_indices, cluster_ids
+        self.label_graph = np.ones((len(train_indices),) * 2)
+
+
+def test_true_structure_uses_clusters_then_label_histograms():
+    labels = np.array([0, 0, 1, 1, 2, 2, 0, 1])
+    parts = [np.array([0, 1]), np.array([2, 3]), np.array([6, 0]), np.array([4, 5])]
+    truth, kind = true_structure(_Partition(parts, np.array([0, 0, 1, 1])), labels)
+    assert kind == "true-clusters" and truth[0, 1] == 1 and truth[0, 2] == 0
+    truth, kind = true_structure(_Partition(parts), labels)
+    assert kind == "label-similarity"
+    assert truth[0, 2] == pytest.approx(1.0) and truth[0, 1] == 0 and truth[0, 3] == 0
+    graph = np.array([[1, 0, 1, 0], [0, 1, 0, 0], [1, 0, 1, 0], [0, 0, 0, 1]], dtype=float)
+    assert structure_share(graph, truth) == pytest.approx(1.0)
+    assert uniform_share(truth) == pytest.approx(2 / 12)
+    assert structure_share(np.eye(4), truth) is None
+    groups = np.array([0, 0, 1, 1])
+    same = (groups[:, None] == groups[None, :]).astype(float)
+    rng = np.random.default_rng(0)
+    weights = rng.random((4, 4))
+    assert structure_share(weights, same) == pytest.approx(share_inside_groups(weights, groups))

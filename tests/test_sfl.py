@@ -187,7 +187,7 @@ def test_methods_that_need_a_prior_reject_graph_none(tiny_run):
     with pytest.raises(ConfigError, match="method 'sfl' needs a prior client graph"):
         build_strategy(_cfg(tiny_run, method="sfl", **{"sfl.graph": "none"}))
     with pytest.raises(ConfigError, match="set sfl.beta=1.0 to learn the graph alone"):
-        build_strategy(_cfg(tiny_run, method="sfl-star", **{"sfl.graph": "none"}))
+        build_strategy(_cfg(tiny_run, method="sfl-star", **{"sfl.graph": "none", "sfl.beta": 0.05}))
     star = build_strategy(_cfg(tiny_run, method="sfl-star", **{"sfl.graph": "none", "sfl.beta": 1.0}))
     assert star.prior is None and star.learner is not None
 
@@ -378,7 +378,9 @@ def _strategy(tiny_run, graph, **overrides):
     return strategy, arrays, layout
 
 
-def _upload(strategy, client, row):
+def _upload(strategy, client, row, server_round=None):
+    if server_round is not None:
+        strategy.last_trained[client] = server_round
     strategy.absorb(client, RecordDict({
         MODEL: strategy.layout.arrays(row),
         METRICS: MetricRecord({"num-examples": 10, "train-loss": 0.0}),
@@ -387,7 +389,8 @@ def _upload(strategy, client, row):
 
 def test_server_step_keeps_stale_rows_propagates_and_reads_out_the_mean(tiny_run):
     graph = _random_graph(4, seed=3)
-    strategy, arrays, layout = _strategy(tiny_run, graph, **{"sfl.hops": 2, "sfl.alpha": 0.8})
+    strategy, arrays, layout = _strategy(tiny_run, graph, **{"sfl.hops": 2, "sfl.alpha": 0.8,
+                                                             "sfl.rows": "all"})  # the spec
     w0 = layout.row(arrays)
     new = {1: torch.randn(layout.size), 3: torch.randn(layout.size)}
     for client, row in new.items():
@@ -419,6 +422,89 @@ def test_train_message_carries_global_personal_and_the_pull_settings(tiny_run):
     assert strategy.train_message_type == TRAIN_SFL
 
 
+def test_never_trained_rows_have_zero_weight_in_u_and_in_the_global_mean(tiny_run):
+    graph = np.ones((4, 4), dtype=np.float32)
+    graph[0, 3] = graph[3, 0] = 0.0  # client 3's neighbours: 1, 2 (and itself)
+    strategy, arrays, layout = _strategy(tiny_run, graph, **{"sfl.hops": 2, "sfl.alpha": 1.0,
+                                                             "sfl.rows": "trained"})
+    w0 = layout.row(arrays)
+    new = {0: torch.randn(layout.size), 1: torch.randn(layout.size)}
+    for client, row in new.items():
+        _upload(strategy, client, row, server_round=1)
+    global_row = layout.row(strategy.after_train(1))
+    v = torch.stack([new.get(c, w0) for c in range(4)]).double()
+    m = torch.tensor([1.0, 1.0, 0.0, 0.0], dtype=torch.float64)
+    a_hat = torch.as_tensor(graph, dtype=torch.float64) * m  # columns of never-trained rows: 0
+    a_hat = a_hat / a_hat.sum(dim=1, keepdim=True)
+    expected = torch.linalg.matrix_power(a_hat, 2) @ v
+    np.testing.assert_allclose(strategy.aggregated.numpy(), expected.numpy(), atol=1e-5)
+    assert not torch.allclose(strategy.aggregated[2], w0)  # w0 enters no row of U
+    np.testing.assert_allclose(global_row.numpy(), expected[:2].mean(dim=0).numpy(), atol=1e-5)
+    assert strategy.round_report(1)["sfl-trained-rows"] == 2
+
+
+def test_a_client_without_trained_neighbours_gets_the_global_model_and_decay_discounts(tiny_run):
+    graph = np.eye(3, dtype=np.float32)
+    graph[0, 1] = graph[1, 0] = 1.0  # client 2 alone
+    strategy, arrays, layout = _strategy(tiny_run, graph, **{"sfl.hops": 1, "sfl.alpha": 1.0,
+                                                             "sfl.staleness-decay": 0.5})
+    rows = {0: torch.randn(layout.size), 1: torch.randn(layout.size)}
+    _upload(strategy, 0, rows[0], server_round=1)
+    strategy.after_train(1)
+    _upload(strategy, 1, rows[1], server_round=2)
+    global_row = layout.row(strategy.after_train(2))
+    # row 0 is one round old: weight 0.5 next to row 1's 1
+    expected = (0.5 * rows[0].double() + rows[1].double()) / 1.5
+    np.testing.assert_allclose(strategy.aggregated[0].numpy(), expected.numpy(), atol=1e-5)
+    np.testing.assert_allclose(global_row.numpy(), expected.numpy(), atol=1e-5)
+    np.testing.assert_allclose(strategy.aggregated[2].numpy(), global_row.numpy(), atol=1e-6)
+
+
+def test_rows_all_is_the_spec_propagation_over_every_row_including_w0(tiny_run):
+    graph = _random_graph(5, seed=4)
+    strategy, arrays, layout = _strategy(tiny_run, graph, **{"sfl.rows": "all", "sfl.hops": 3,
+                                                             "sfl.alpha": 1.0})
+    w0 = layout.row(arrays)
+    new = torch.randn(layout.size)
+    _upload(strategy, 2, new, server_round=1)
+    global_row = layout.row(strategy.after_train(1))
+    v = torch.stack([new if c == 2 else w0 for c in range(5)])
+    expected = gcn_propagate(graph, v, 3, 1.0)
+    torch.testing.assert_close(strategy.aggregated, expected)
+    torch.testing.assert_close(global_row, expected.mean(dim=0))
+
+
+def test_the_learner_fitted_on_trained_rows_gives_the_others_no_edge():
+    rows = torch.randn(8, 30, generator=torch.Generator().manual_seed(3))
+    include = torch.tensor([True] * 5 + [False] * 3)
+    for model in ("mtgnn", "knn"):
+        learned = GraphLearner(8, k=2, steps=5, seed=0, model=model).fit(rows, include=include)
+        off = learned.clone()
+        off.fill_diagonal_(0.0)
+        assert off[5:].abs().sum() == 0 and off[:, 5:].abs().sum() == 0
+        assert torch.equal(learned[5:, 5:], torch.eye(3))  # self-loops only
+        assert (off[:5, :5] > 0).sum() >= 5
+        torch.testing.assert_close(learned.sum(dim=1), torch.ones(8))
+
+
+def test_the_knn_learner_links_every_client_to_its_nearest_models():
+    centres = torch.randn(3, 40, generator=torch.Generator().manual_seed(0)) * 10
+    rows = centres.repeat_interleave(4, dim=0) + 0.1 * torch.randn(
+        12, 40, generator=torch.Generator().manual_seed(1))
+    groups = np.repeat(np.arange(3), 4)
+    learned = GraphLearner(12, k=3, model="knn").fit(rows)
+    same = groups[:, None] == groups[None, :]
+    assert share_on_edges(learned.numpy(), same) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="graph learner"):
+        GraphLearner(4, model="gat")
+
+
+def test_clients_start_from_u_i_with_start_personal(tiny_run):
+    strategy, arrays, _ = _strategy(tiny_run, np.eye(3), **{"sfl.start": "personal"})
+    content = strategy.train_content(0, arrays, ConfigRecord({"lr": 0.1}))
+    assert content[CONFIG]["start"] == "personal"
+
+
 # --- whole federations ----------------------------------------------------------------------------
 def test_sfl_federation_writes_the_graph_and_sfl_star_reports_the_learned_share(tiny_run, tmp_path):
     common = {**tiny_run, "partition": "shards", "num-clients": 6, "num-rounds": 2}
@@ -427,19 +513,20 @@ def test_sfl_federation_writes_the_graph_and_sfl_star_reports_the_learned_share(
     graph = np.load(tmp_path / "sfl" / "graph.npy")
     np.testing.assert_allclose(graph.sum(axis=1), np.ones(6), atol=1e-6)
     sfl_summary = json.loads((tmp_path / "sfl" / "summary.json").read_text())["sfl"]
-    assert sfl_summary["graph-share-label-sharing"] == pytest.approx(1.0)
+    # shards: scored against the label-histogram similarity, above the complete graph's level
+    assert sfl_summary["graph-share-label-similarity"] > sfl_summary["uniform-share-label-similarity"]
 
     simulate({**common, "method": "sfl-star", "run-name": "star", "sfl.beta": 1.0,
               "sfl.graph": "none", "sfl.gl-k": 2})
     rounds = [json.loads(line) for line in (tmp_path / "star" / "rounds.jsonl").read_text().splitlines()]
-    shares = [r["sfl-learned-share-label-sharing"] for r in rounds[1:]]
+    shares = [r["sfl-learned-share-label-similarity"] for r in rounds[1:]]
     assert len(shares) == 2 and all(0.0 <= s <= 1.0 for s in shares)
     learned = np.load(tmp_path / "star" / "learned-graph.npy")  # T + Tᵀ + I, T = top-2 per row
     assert np.all(np.diag(learned) > 0) and np.array_equal(learned > 0, learned.T > 0)
     assert ((learned > 0).sum() - 6) // 2 <= 6 * 2  # at most k edges per client before symmetrising
     assert np.load(tmp_path / "star" / "learned-graphs.npy").shape == (2, 6, 6)
     star = json.loads((tmp_path / "star" / "summary.json").read_text())["sfl"]
-    assert star["graph-source"] == "none" and len(star["learned-share-label-sharing"]) == 2
+    assert star["graph-source"] == "none" and len(star["learned-share-label-similarity"]) == 2
 
 
 # --- documentation and the scale benchmark ---------------------------------------------------------

@@ -1,0 +1,398 @@
+"""The robustness suite: every method on the settings users meet, full and partial participation.
+
+    python -m benchmarks.suite --seeds 0,1,2
+
+Grid (issue 15): settings {MNIST shards q = 2, label-clusters 5 × 2, rotated domains (4 rotations,
+10 classes), Dirichlet α = 0.1} × participation ρ ∈ {1.0, 0.2} × methods {fedavg, local, ditto, ifca,
+fedsem, flt, sfl, sfl-star, fedska, fedu}; on the domains setting also fedcg with the conv model. Every
+cell runs through `benchmarks.compare.compare` (same data, partition, seed and budget for every method
+of the cell; one process). On the label-clusters and domains cells IFCA and FedSEM also run with a wrong
+cluster count (C = true − 2 and true + 3).
+
+Writes into `--results-dir` (default `benchmarks/results/suite/`): each cell's compare files
+(`<setting>-rho<ρ>-seed<s>.{md,png,json}`), and
+- `suite-<setting>.md`: per method and ρ, mean and worst-5% accuracy (mean ± std over the seeds),
+  plus the learned graphs' share inside the true structure for sfl-star / fedska;
+- `suite-delta.md`: the matrix "method × cell: mean − max(FedAvg, Local)" (points, seed means);
+- `suite-bytes-<setting>-rho<ρ>.png`: accuracy against cumulative bytes (down + up, all clients) for
+  the clustered settings;
+- `suite.json`: every number above.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.compare import (
+    DASH, RESULTS_DIR, RUNS_DIR, compare, log_progress, parse_set, plot_curves, read_rounds,
+    set_threads,
+)
+
+log = logging.getLogger("bouquet.benchmarks")
+
+SUITE_DIR = RESULTS_DIR / "suite"
+BASELINES = ("fedavg", "local")
+GRAPH_METHODS = ("flt", "sfl", "sfl-star", "fedska", "fedu")
+METHODS = ("fedavg", "local", "ditto", "ifca", "fedsem", "flt", "sfl", "sfl-star", "fedska", "fedu")
+PARTICIPATION = (1.0, 0.2)
+# the budget every cell shares: small models and client counts, so the grid runs in minutes
+COMMON: dict[str, Any] = {
+    "dataset": "mnist", "num-clients": 20, "num-rounds": 20, "model": "mlp",
+    "max-samples-per-client": 300, "local-epochs": 1, "batch-size": 32, "lr": 0.05,
+    "finetune-epochs": 0, "checkpoint-every": 0,
+}
+# per-round keys of rounds.jsonl that hold a learned graph's share inside the true structure
+SHARE_KEYS = {"sfl-star": "sfl-learned-share-", "fedska": "fedska-share-"}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One data setting of the grid: its run-config overrides and, for clustered partitions, the
+    true cluster count (the wrong-count variants of IFCA / FedSEM are derived from it)."""
+
+    name: str
+    title: str
+    overrides: dict[str, Any] = field(default_factory=dict)
+    true_clusters: int = 0  # 0: no true clusters
+    fedcg: bool = False  # also run fedcg with the conv model (domains)
+
+    def cluster_counts(self) -> list[int]:
+        """Wrong cluster counts for IFCA / FedSEM: true − 2 (at least 1) and true + 3."""
+        if not self.true_clusters:
+            return []
+        return [max(1, self.true_clusters - 2), self.true_clusters + 3]
+
+
+SETTINGS: dict[str, Setting] = {s.name: s for s in (
+    Setting("shards", "MNIST shards, q = 2", {"partition": "shards", "shards-per-client": 2}),
+    Setting("label-clusters", "label-clusters, 5 clusters × 2 labels",
+            {"partition": "label-clusters", "num-clusters": 5, "labels-per-cluster": 2,
+             "ifca.clusters": 5, "fedsem.clusters": 5}, true_clusters=5),
+    Setting("domains", "rotated MNIST domains, 4 rotations, 10 classes",
+            {"partition": "domains", "domain-rotations": "0,90,180,270", "ifca.clusters": 4,
+             "fedsem.clusters": 4, "fedcg.domains": 4}, true_clusters=4, fedcg=True),
+    Setting("dirichlet", "Dirichlet α = 0.1", {"partition": "dirichlet", "dirichlet-alpha": 0.1}),
+)}
+
+
+def cell_name(setting: str, rho: float, seed: int, suffix: str = "") -> str:
+    return f"{setting}-rho{rho:g}-seed{seed}{suffix}"
+
+
+@dataclass
+class CellResult:
+    """One run of one method in one cell (setting, ρ, seed)."""
+
+    setting: str
+    rho: float
+    seed: int
+    label: str  # method, or e.g. "ifca (C=2)"
+    method: str
+    mean: float | None
+    worst: float | None
+    curve: list[tuple[int, float]]
+    cumulative_bytes: list[tuple[float, float]]
+    share: list[float | None]
+    share_kind: str
+    wall_seconds: float
+
+
+def _result(setting: str, rho: float, seed: int, label: str, summary: dict[str, Any],
+            runs_dir: Path) -> CellResult:
+    """A `CellResult` from a compare summary and the run's rounds.jsonl."""
+    method = summary["method"]
+    personalized = summary["final"].get("personalized") or {}
+    rounds = read_rounds(runs_dir / method / "rounds.jsonl")
+    curve, spent, cumulative = [], 0.0, []
+    share: list[float | None] = []
+    kind = ""
+    for record in rounds:
+        spent += float(record.get("bytes-down", 0) or 0) + float(record.get("bytes-up", 0) or 0)
+        accuracy = (record.get("personalized") or {}).get("mean")
+        if accuracy is not None:
+            curve.append((record["round"], accuracy))
+            cumulative.append((spent, accuracy))
+        prefix = SHARE_KEYS.get(method)
+        if prefix and record.get("round", 0) > 0:
+            found = [(k, v) for k, v in record.items() if k.startswith(prefix)]
+            found = [(k, v) for k, v in found if "random" not in k]
+            if found:
+                kind = found[0][0][len(prefix):]
+            share.append(found[0][1] if found else None)
+    return CellResult(setting, rho, seed, label, method, personalized.get("mean"),
+                      personalized.get("worst-5%"), curve, cumulative, share, kind,
+                      summary.get("wall-seconds", 0.0))
+
+
+def run_cell(setting: Setting, rho: float, seed: int, methods: Sequence[str],
+             extra: dict[str, Any], results_dir: Path, runs_root: Path,
+             fedcg: bool = True) -> list[CellResult]:
+    """Every method of one cell through `compare`, then the wrong-cluster-count and FedCG runs."""
+    overrides = {**COMMON, **setting.overrides, "fraction-train": rho, "seed": seed, **extra}
+    out: list[CellResult] = []
+    name = cell_name(setting.name, rho, seed)
+    runs = runs_root / name
+    for summary in compare(methods, overrides, name, results_dir=results_dir, runs_dir=runs):
+        out.append(_result(setting.name, rho, seed, summary["method"], summary, runs))
+    clustered = [m for m in ("ifca", "fedsem") if m in methods]
+    for count in setting.cluster_counts() if clustered else []:
+        variant = cell_name(setting.name, rho, seed, f"-clusters{count}")
+        runs = runs_root / variant
+        wrong = {**overrides, "ifca.clusters": count, "fedsem.clusters": count}
+        for summary in compare(clustered, wrong, variant, results_dir=results_dir, runs_dir=runs):
+            out.append(_result(setting.name, rho, seed, f"{summary['method']} (C={count})",
+                               summary, runs))
+    if setting.fedcg and fedcg:
+        variant = cell_name(setting.name, rho, seed, "-fedcg")
+        runs = runs_root / variant
+        conv = {**overrides, "model": "cnn"}
+        for summary in compare(["fedcg"], conv, variant, results_dir=results_dir, runs_dir=runs):
+            out.append(_result(setting.name, rho, seed, "fedcg (cnn)", summary, runs))
+    return out
+
+
+# --- tables -------------------------------------------------------------------------------------
+def _stats(values: list[float | None]) -> tuple[float | None, float | None]:
+    values = [v for v in values if v is not None]
+    if not values:
+        return None, None
+    return float(np.mean(values)), (float(np.std(values)) if len(values) > 1 else None)
+
+
+def _fmt(mean: float | None, std: float | None = None, signed: bool = False) -> str:
+    if mean is None:
+        return DASH
+    text = f"{mean:+.2f}" if signed else f"{mean:.2f}"
+    return text + (f" ± {std:.2f}" if std is not None else "")
+
+
+def _labels(results: list[CellResult]) -> list[str]:
+    seen: list[str] = []
+    for r in results:
+        if r.label not in seen:
+            seen.append(r.label)
+    return seen
+
+
+def _select(results: list[CellResult], setting: str, rho: float, label: str) -> list[CellResult]:
+    return [r for r in results if r.setting == setting and r.rho == rho and r.label == label]
+
+
+def delta_vs_baselines(results: list[CellResult], setting: str, rho: float,
+                       label: str) -> float | None:
+    """Seed-mean of (method mean − max(FedAvg mean, Local mean)) of the same seed's cell."""
+    deltas = []
+    for r in _select(results, setting, rho, label):
+        base = [b.mean for b in results if b.setting == setting and b.rho == rho
+                and b.seed == r.seed and b.label in BASELINES and b.mean is not None]
+        if r.mean is not None and base:
+            deltas.append(r.mean - max(base))
+    return float(np.mean(deltas)) if deltas else None
+
+
+def final_share(results: list[CellResult]) -> tuple[float | None, str]:
+    """Seed-mean of the last round's share inside the true structure, and its kind."""
+    last = [r.share[-1] for r in results if r.share and r.share[-1] is not None]
+    kind = next((r.share_kind for r in results if r.share_kind), "")
+    return (float(np.mean(last)) if last else None), kind
+
+
+def setting_table(results: list[CellResult], setting: Setting, rhos: Sequence[float],
+                  seeds: Sequence[int], header: list[str]) -> str:
+    """`suite-<setting>.md`: mean / worst 5% / Δ vs max(FedAvg, Local) per method and ρ."""
+    lines = [*header, "", f"## {setting.title}", "",
+             f"Personalized accuracy (%) after round {COMMON['num-rounds']}, mean over seeds "
+             f"{', '.join(map(str, seeds))}" + (" (± std over seeds)" if len(seeds) > 1 else "")
+             + ". **worst 5%**: mean of the ⌈5%·K⌉ worst clients. **Δ**: mean − max(FedAvg, Local) "
+             "of the same seed, in points. **share**: the learned graph's off-diagonal weight "
+             "inside the true structure in the last round (sfl-star, fedska).", ""]
+    columns = ["method"]
+    for rho in rhos:
+        columns += [f"ρ={rho:g} mean", f"ρ={rho:g} worst 5%", f"ρ={rho:g} Δ", f"ρ={rho:g} share"]
+    lines += ["| " + " | ".join(columns) + " |", "|---" + "|---:" * (len(columns) - 1) + "|"]
+    mine = [r for r in results if r.setting == setting.name]
+    for label in _labels(mine):
+        row = [label]
+        for rho in rhos:
+            cells = _select(mine, setting.name, rho, label)
+            share, kind = final_share(cells)
+            row += [_fmt(*_stats([c.mean for c in cells])), _fmt(*_stats([c.worst for c in cells])),
+                    _fmt(delta_vs_baselines(mine, setting.name, rho, label), signed=True),
+                    f"{share:.2f} ({kind})" if share is not None else DASH]
+        lines.append("| " + " | ".join(row) + " |")
+    lines.append("")
+    for rho in rhos:
+        lines.append(f"![personalized mean accuracy per round, ρ={rho:g}]"
+                     f"({cell_name(setting.name, rho, seeds[0])}.png)")
+    if setting.true_clusters:
+        lines += [""] + [f"![accuracy vs cumulative bytes, ρ={rho:g}]"
+                         f"(suite-bytes-{setting.name}-rho{rho:g}.png)" for rho in rhos]
+    lines.append("")
+    return "\n".join(lines)
+
+
+def delta_matrix(results: list[CellResult], settings: Sequence[Setting], rhos: Sequence[float],
+                 header: list[str]) -> str:
+    """`suite-delta.md`: method × cell, mean − max(FedAvg, Local) in points (seed means)."""
+    cells = [(s, rho) for s in settings for rho in rhos]
+    columns = ["method"] + [f"{s.name} ρ={rho:g}" for s, rho in cells]
+    lines = [*header, "", "## Δ vs max(FedAvg, Local)", "",
+             "Mean personalized accuracy minus the better of FedAvg and Local on the same cell and "
+             "seed, in points, averaged over the seeds. Graph methods: " + ", ".join(GRAPH_METHODS)
+             + ".", "",
+             "| " + " | ".join(columns) + " |", "|---" + "|---:" * (len(columns) - 1) + "|"]
+    for label in _labels(results):
+        if label in BASELINES:
+            continue
+        row = [label] + [_fmt(delta_vs_baselines(results, s.name, rho, label), signed=True)
+                         for s, rho in cells]
+        lines.append("| " + " | ".join(row) + " |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def plot_bytes(results: list[CellResult], setting: str, rho: float, seed: int,
+               path: Path) -> None:
+    """Accuracy against cumulative bytes (down + up, all clients, evaluation included) per method."""
+    series = [(r.label, [(b / 1e6, a) for b, a in r.cumulative_bytes])
+              for r in results if r.setting == setting and r.rho == rho and r.seed == seed]
+    plot_curves(series, path, "personalized mean accuracy (%)",
+                f"{setting}, ρ={rho:g}, seed {seed}", xlabel="cumulative MB (down + up)")
+
+
+def write_outputs(results: list[CellResult], settings: Sequence[Setting], rhos: Sequence[float],
+                  seeds: Sequence[int], results_dir: Path, command: str,
+                  started: float, extra: dict[str, Any] | None = None) -> None:
+    from benchmarks.compare import code_version, machine_facts
+
+    m, code = machine_facts(), code_version()
+    extra = extra or {}
+    header = [
+        "Produced by", "", "```", command, "```", "",
+        f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))}; code: commit "
+        f"{code.get('commit', '?')}" + (" (with local changes)" if code.get("local-changes") else "")
+        + f"; wall time {(time.time() - started) / 60:.1f} min",
+        f"- machine: {m['cpu']}, {m['cores']} cores (torch threads {m['torch-threads']})",
+        "- common budget: " + ", ".join(f"{k}={v}" for k, v in COMMON.items())
+        + ("; overridden: " + ", ".join(f"{k}={v}" for k, v in extra.items()) if extra else ""),
+    ]
+    results_dir.mkdir(parents=True, exist_ok=True)
+    for setting in settings:
+        (results_dir / f"suite-{setting.name}.md").write_text(
+            setting_table(results, setting, rhos, seeds, [f"# Suite: {setting.title}", "", *header]))
+        if setting.true_clusters:
+            for rho in rhos:
+                plot_bytes(results, setting.name, rho, seeds[0],
+                           results_dir / f"suite-bytes-{setting.name}-rho{rho:g}.png")
+    (results_dir / "suite-delta.md").write_text(
+        delta_matrix(results, settings, rhos, ["# Suite: Δ vs max(FedAvg, Local)", "", *header]))
+    (results_dir / "suite.json").write_text(json.dumps(
+        {"command": command, "seeds": list(seeds), "rhos": list(rhos),
+         "settings": [s.name for s in settings], "common": COMMON,
+         "results": [r.__dict__ for r in results]}, indent=1, default=str))
+
+
+def run_suite(settings: Sequence[Setting], rhos: Sequence[float], seeds: Sequence[int],
+              methods: Sequence[str], extra: dict[str, Any], results_dir: Path, runs_root: Path,
+              command: str, fedcg: bool = True) -> list[CellResult]:
+    started = time.time()
+    results: list[CellResult] = []
+    for seed in seeds:
+        for setting in settings:
+            for rho in rhos:
+                results += run_cell(setting, rho, seed, methods, extra, results_dir, runs_root,
+                                    fedcg=fedcg)
+                write_outputs(results, settings, rhos, seeds, results_dir, command, started, extra)
+    return results
+
+
+def merge(parts: Sequence[Path], results_dir: Path, command: str) -> list[CellResult]:
+    """Join suites run separately (e.g. one process per setting or seed) into one set of tables:
+    every part's `suite.json` is read and its cell files are copied into `results_dir`."""
+    import shutil
+
+    results: list[CellResult] = []
+    commands = []
+    for part in parts:
+        stored = json.loads((part / "suite.json").read_text())
+        commands.append(stored["command"])
+        for item in stored["results"]:
+            item["curve"] = [tuple(p) for p in item["curve"]]
+            item["cumulative_bytes"] = [tuple(p) for p in item["cumulative_bytes"]]
+            results.append(CellResult(**item))
+        if part.resolve() != results_dir.resolve():
+            results_dir.mkdir(parents=True, exist_ok=True)
+            for path in part.iterdir():
+                if not path.name.startswith("suite"):
+                    shutil.copy2(path, results_dir / path.name)
+    names = [r.setting for r in results]
+    settings = [SETTINGS[n] for n in SETTINGS if n in names]
+    rhos = sorted({r.rho for r in results}, reverse=True)
+    seeds = sorted({r.seed for r in results})
+    write_outputs(results, settings, rhos, seeds, results_dir,
+                  "\n".join([*commands, command]), time.time())
+    return results
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.suite", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
+    parser.add_argument("--settings", default=",".join(SETTINGS),
+                        help=f"comma-separated subset of {', '.join(SETTINGS)}")
+    parser.add_argument("--rhos", default=",".join(f"{r:g}" for r in PARTICIPATION),
+                        help="comma-separated participation fractions (default 1,0.2)")
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--no-fedcg", action="store_true", help="skip fedcg on the domains setting")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="run-config override for every cell (repeatable)")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--results-dir", default=str(SUITE_DIR))
+    parser.add_argument("--runs-dir", default=str(RUNS_DIR / "suite"))
+    parser.add_argument("--merge", nargs="+", default=None, metavar="DIR",
+                        help="run nothing: join the suite.json of these result folders into "
+                             "--results-dir")
+    args = parser.parse_args(argv)
+    log_progress()
+    if args.merge:
+        command = "python -m benchmarks.suite " + shlex.join(argv)
+        results = merge([Path(p) for p in args.merge], Path(args.results_dir), command)
+        print((Path(args.results_dir) / "suite-delta.md").read_text())
+        log.info("suite: %d runs merged into %s", len(results), args.results_dir)
+        return 0
+    set_threads(args.threads)
+    try:
+        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+        rhos = [float(r) for r in args.rhos.split(",") if r.strip()]
+        unknown = [s for s in args.settings.split(",") if s.strip() and s.strip() not in SETTINGS]
+        if unknown:
+            raise ValueError(f"unknown setting(s) {unknown}; allowed: {', '.join(SETTINGS)}")
+        settings = [SETTINGS[s.strip()] for s in args.settings.split(",") if s.strip()]
+        methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+        extra = parse_set(args.set)
+        if not seeds or not rhos or not settings or not methods:
+            raise ValueError("--seeds, --rhos, --settings and --methods must each name at least one")
+    except ValueError as err:
+        parser.error(str(err))
+    command = "python -m benchmarks.suite " + shlex.join(argv)
+    results = run_suite(settings, rhos, seeds, methods, extra, Path(args.results_dir),
+                        Path(args.runs_dir), command, fedcg=not args.no_fedcg)
+    print((Path(args.results_dir) / "suite-delta.md").read_text())
+    log.info("suite: %d runs written to %s", len(results), args.results_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""The robustness suite's machinery (benchmarks/suite.py) on a tiny grid, and its Δ arithmetic."""
+
+import json
+
+import pytest
+
+from benchmarks.suite import (
+    SETTINGS, CellResult, delta_matrix, delta_vs_baselines, final_share, main, merge, run_suite,
+)
+
+
+def _cell(label, seed, mean, share=None, setting="domains", rho=0.2):
+    return CellResult(setting, rho, seed, label, label.split(" ")[0], mean, mean - 10, [(1, mean)],
+                      [(1e6, mean)], share or [], "true-clusters" if share else "", 1.0)
+
+
+def test_delta_is_the_seed_mean_of_the_margin_over_the_better_baseline():
+    results = [_cell("fedavg", 0, 60.0), _cell("local", 0, 70.0), _cell("sfl", 0, 75.0),
+               _cell("fedavg", 1, 80.0), _cell("local", 1, 50.0), _cell("sfl", 1, 78.0),
+               _cell("sfl-star", 0, 71.0, share=[0.3, 0.9]), _cell("sfl-star", 1, 70.0,
+                                                                   share=[0.5, 0.7])]
+    assert delta_vs_baselines(results, "domains", 0.2, "sfl") == pytest.approx((5.0 - 2.0) / 2)
+    assert delta_vs_baselines(results, "domains", 0.2, "sfl-star") == pytest.approx((1 - 10) / 2)
+    assert delta_vs_baselines(results, "domains", 1.0, "sfl") is None
+    share, kind = final_share([r for r in results if r.label == "sfl-star"])
+    assert share == pytest.approx(0.8) and kind == "true-clusters"
+    matrix = delta_matrix(results, [SETTINGS["domains"]], [0.2], ["# x"])
+    assert "| sfl | +1.50 |" in matrix and "| fedavg |" not in matrix
+
+
+def test_wrong_cluster_counts_are_true_minus_two_and_plus_three():
+    assert SETTINGS["label-clusters"].cluster_counts() == [3, 8]
+    assert SETTINGS["domains"].cluster_counts() == [2, 7]
+    assert SETTINGS["shards"].cluster_counts() == []
+
+
+def test_a_tiny_grid_writes_tables_the_delta_matrix_and_byte_curves(tiny_run, tmp_path):
+    extra = {k: v for k, v in tiny_run.items() if k not in ("output-dir", "run-name")}
+    extra.update({"num-clients": 8, "num-rounds": 1, "max-samples-per-client": 60})
+    results = run_suite([SETTINGS["label-clusters"]], [1.0], [0], ["fedavg", "local", "ifca"],
+                        extra, tmp_path / "results", tmp_path / "runs", "test", fedcg=False)
+    labels = [r.label for r in results]
+    assert labels == ["fedavg", "local", "ifca", "ifca (C=3)", "ifca (C=8)"]
+    out = tmp_path / "results"
+    for name in ("suite-label-clusters.md", "suite-delta.md", "suite.json",
+                 "suite-bytes-label-clusters-rho1.png", "label-clusters-rho1-seed0.png",
+                 "label-clusters-rho1-seed0-clusters3.md"):
+        assert (out / name).exists(), name
+    by = {r.label: r for r in results}
+    ifca, fedavg, local = by["ifca"], by["fedavg"], by["local"]
+    expected = ifca.mean - max(fedavg.mean, local.mean)
+    assert f"| ifca | {expected:+.2f} |" in (out / "suite-delta.md").read_text()
+    assert len(ifca.curve) == 2 and ifca.cumulative_bytes[-1][0] > ifca.cumulative_bytes[0][0]
+    stored = json.loads((out / "suite.json").read_text())
+    assert len(stored["results"]) == 5 and stored["settings"] == ["label-clusters"]
+    merged = merge([out], tmp_path / "merged", "test merge")  # parts run apart, joined
+    assert [r.label for r in merged] == labels
+    assert f"| ifca | {expected:+.2f} |" in (tmp_path / "merged" / "suite-delta.md").read_text()
+    assert (tmp_path / "merged" / "label-clusters-rho1-seed0.md").exists()
+
+
+def test_the_command_line_rejects_an_unknown_setting(capsys):
+    with pytest.raises(SystemExit):
+        main(["--settings", "spirals"])
+    assert "unknown setting" in capsys.readouterr().err
