@@ -25,11 +25,12 @@ import shlex
 import subprocess
 import sys
 import time
-import tomllib
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
+
+from server_app.run_values import format_value, parse_value
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO / "benchmarks" / "results"
@@ -72,22 +73,6 @@ def progress(items: Sequence[T], description: str) -> Iterator[T]:
 
 
 # --- --set key=value ------------------------------------------------------------------------------
-def parse_value(text: str) -> Any:
-    """A run-config value the way Flower reads one (TOML: int, float, true/false, "quoted" string);
-    anything TOML cannot read (e.g. a bare word or `0,90,180`) is taken as a plain string."""
-    text = text.strip()
-    try:
-        value = tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
-        try:
-            return float(text) if any(c in text for c in ".eE") else int(text)
-        except ValueError:
-            return text
-    if isinstance(value, (bool, int, float, str)):
-        return value
-    return text  # arrays, tables, dates: not run-config types; keep the text
-
-
 def parse_set(items: Iterable[str]) -> dict[str, Any]:
     """`["num-rounds=20", "partition=shards"]` -> `{"num-rounds": 20, "partition": "shards"}`."""
     overrides: dict[str, Any] = {}
@@ -98,15 +83,6 @@ def parse_set(items: Iterable[str]) -> dict[str, Any]:
             raise ValueError(f"--set expects key=value, got {item!r}")
         overrides[key] = parse_value(raw)
     return overrides
-
-
-def format_value(value: Any) -> str:
-    """The inverse of `parse_value` for a command line (strings quoted only where needed)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str) and parse_value(value) != value:
-        return json.dumps(value)
-    return str(value)
 
 
 def format_command(methods: Sequence[str], overrides: dict[str, Any], name: str,

@@ -163,7 +163,7 @@ def comparison_hint(summary: dict[str, Any], config: dict[str, Any],
         return (f"  other methods, same data and settings (benchmarks/results/{REFERENCE}.md), "
                 f"personalized mean (%):\n    {listed}")
     baselines = ",".join(dict.fromkeys([method, "fedavg", "local"]))
-    from benchmarks.compare import format_value as set_value
+    from server_app.run_values import format_value as set_value
     from server_app.simulate import default_run_config
 
     defaults = default_run_config()
