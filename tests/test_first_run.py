@@ -140,3 +140,18 @@ def test_readme_main_command_streams_the_run_and_writes_a_report(tmp_path):
     page = report.read_text()
     assert f"{summary['final']['personalized']['mean']:.2f}" in page
     assert page.count("<tr>") >= summary["num-clients"] + summary["rounds"] + 1
+
+
+def test_the_fab_ships_the_app_packages_and_the_reference_comparison_only():
+    """Every deployed message carries the FAB: the five app packages and the default job's
+    reference comparison (read by the summary's reference line), nothing from tests or benchmarks."""
+    import io
+    import zipfile
+
+    from flwr.cli.build import build_fab_from_disk
+
+    names = zipfile.ZipFile(io.BytesIO(build_fab_from_disk(REPO))).namelist()
+    top = {name.split("/")[0] for name in names if "/" in name and not name.startswith(".info/")}
+    assert top == {"server_app", "client_app", "strategies", "models", "datasets", "benchmarks"}
+    assert [n for n in names if n.startswith("benchmarks/")] == [f"benchmarks/results/{REFERENCE}.json"]
+    assert "server_app/app.py" in names and "client_app/app.py" in names
