@@ -48,10 +48,17 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "kmeans": ("fedcg", {"fedcg.adjacency": "distance", "fedcg.clustering": "kmeans"}),
     "no-w": ("fedcg", {"fedcg.use-w": False}),
     "all-layers": ("fedcg", {"fedcg.layers": "all"}),
-    # teacher centering (fedcg.teacher-centering): d̂ = argmax_d (g_φ(x)_d − c_d), c the federated mean
-    "distance-centered": ("fedcg", {"fedcg.adjacency": "distance", "fedcg.teacher-centering": True}),
-    "identity-centered": ("fedcg", {"fedcg.adjacency": "identity", "fedcg.teacher-centering": True}),
-    "uniform-centered": ("fedcg", {"fedcg.adjacency": "uniform", "fedcg.teacher-centering": True}),
+    # pseudo-domain balancing (fedcg.balance, default sinkhorn): the other two modes
+    "distance-centered": ("fedcg", {"fedcg.adjacency": "distance", "fedcg.balance": "centering"}),
+    "identity-centered": ("fedcg", {"fedcg.adjacency": "identity", "fedcg.balance": "centering"}),
+    "uniform-centered": ("fedcg", {"fedcg.adjacency": "uniform", "fedcg.balance": "centering"}),
+    "unbalanced": ("fedcg", {"fedcg.balance": "none"}),  # the paper's text
+    # controls: the residual capacity alone (one domain), and each training image's true domain
+    "d1": ("fedcg", {"fedcg.domains": 1}),
+    "oracle": ("fedcg", {"fedcg.clustering": "oracle"}),
+    # the domain classifier's pooling (§6.10)
+    "avg2": ("fedcg", {"fedcg.classifier-pool": "avg2"}),
+    "flatten": ("fedcg", {"fedcg.classifier-pool": "flatten"}),
 }
 DEFAULTS: dict[str, Any] = {
     "dataset": "mnist", "partition": "domains", "model": "cnn", "domain-rotations": "0,90,180,270",

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from flwr.serverapp.strategy import Strategy
 
 from strategies.ditto import Ditto
-from strategies.fedavg import build_fedavg, build_fedprox
+from strategies.fedavg import build_fedavg, build_fedprox, train_clients_only
 from strategies.fedcg import build_fedcg
 from strategies.fedsem import FedSEM
 from strategies.fedska import build_fedska
@@ -30,9 +30,11 @@ if TYPE_CHECKING:
 StrategyBuilder = Callable[["RunConfig"], Strategy]
 
 BUILDERS: dict[str, StrategyBuilder] = {
-    "fedavg": lambda cfg: build_fedavg(cfg.fraction_train, cfg.aggregation, cfg.trim_fraction),
-    "fedprox": lambda cfg: build_fedprox(cfg.fraction_train, cfg.fedprox.mu, cfg.aggregation,
-                                         cfg.trim_fraction),
+    "fedavg": lambda cfg: train_clients_only(
+        build_fedavg(cfg.fraction_train, cfg.aggregation, cfg.trim_fraction), cfg.data_spec.partition),
+    "fedprox": lambda cfg: train_clients_only(
+        build_fedprox(cfg.fraction_train, cfg.fedprox.mu, cfg.aggregation, cfg.trim_fraction),
+        cfg.data_spec.partition),
     "local": lambda cfg: Local(cfg.num_clients, cfg.fraction_train),
     "ditto": lambda cfg: Ditto(
         cfg.num_clients, cfg.fraction_train, cfg.ditto.lambda_, cfg.ditto.personal_epochs
