@@ -184,11 +184,9 @@ def test_classifier_pooling_sets_the_linear_layer_input(pool, stride, features):
     g = DomainClassifier((1, 28, 28), D, stride, pool)
     assert g[-1].in_features == features
     assert tuple(g(torch.randn(3, 1, 28, 28)).shape) == (3, D)
-    x = torch.randn(2, 1, 28, 28)  # a 180° turn: global pooling of the (symmetric) responses barely sees it
     assert ("AdaptiveAvgPool2d" in [type(m).__name__ for m in g]) == (pool != "flatten")
     with pytest.raises(ValueError, match="fedcg.classifier-pool"):
         DomainClassifier((1, 28, 28), D, 1, "max")
-    del x
 
 
 # --- server: FedAvg, teacher every T rounds, adjacency after the warm-up ---------------------------
