@@ -205,8 +205,8 @@ class FedCGSection(_Settings):
 
     @property
     def balanced(self) -> bool:
-        """Whether pseudo-domains come from a teacher whose logits are balanced (clf + not none)."""
-        return self.clustering == "clf" and self.balance != "none"
+        """Whether pseudo-domains come from a teacher whose logits are balanced (clf, not none, D > 1)."""
+        return self.clustering == "clf" and self.balance != "none" and self.domains > 1
 
     @property
     def spec(self):  # -> models.fedcg.FedCGSpec (torch models: imported only when needed)
