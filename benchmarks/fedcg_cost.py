@@ -8,15 +8,17 @@ for `train.fedcg`) called directly, as the ClientApp calls them, on one client o
 builds for round 1 (model with the GCN weights, student, teacher, adjacency). One FedCG local epoch
 is everything its handler does: the teacher's pseudo-domains for every image, the received
 student's agreement, one epoch of the FedCG model (V̂ = GCN(A, V, W) recomputed at every step) and
-one epoch of the student. With the spec's defaults the random teacher sends (nearly) every image to
-one domain, so each batch needs one merged-kernel conv; the teacher-centering row spreads the
-pseudo-domains over the D branches (one conv per domain present in a batch). A client keeps the
-frozen teacher's logits in its node state and computes them once per teacher (every T rounds, or
-in the teacher-centering query), so FedCG is timed twice: with the teacher's logits cached
-(`fedcg`, the client's later calls in a T-period) and with an empty node state
-(`fedcg-new-teacher`, its first call after the teacher changed). Each variant is timed
-`reps` times after one warm-up call, alternating the order; the table gives medians and the ratio
-FedCG / FedAvg (target ≤ 2×).
+one epoch of the student. With balancing (`fedcg.balance = sinkhorn`, the default) the
+pseudo-domains spread over the D branches (one conv per domain present in a batch); with
+`balance = none` (the paper's text) a random teacher sends (nearly) every image to one domain, so
+each batch needs one merged-kernel conv. A client keeps the frozen teacher's logits in its node
+state and computes them once per teacher (every T rounds: in the balancing queries), so FedCG is
+timed twice: with the teacher's logits cached (`fedcg`, the client's calls after the balancing) and
+with an empty node state (`fedcg-new-teacher`). The balancing itself (`query.fedcg_balance`: one
+moments exchange and `fedcg.sinkhorn-iters` marginals exchanges, once per teacher) is timed on the
+same client from an empty node state (it computes the teacher's logits) and shown per teacher and
+per round (÷ T). Each variant is timed `reps` times after one warm-up call, alternating the order;
+the table gives medians and the ratio FedCG / FedAvg (target ≤ 2×).
 Writes `benchmarks/results/<name>.{md,json}`.
 """
 
@@ -57,6 +59,13 @@ def _deliver(content: RecordDict, message_type: str) -> Message:
 
 def variant_messages(overrides: dict[str, Any]) -> tuple[RunConfig, dict[str, Message], Context]:
     """The run config, the `train` (FedAvg) and `train.fedcg` (round 1) messages, and a context."""
+    cfg, messages, context, _ = round_one(overrides)
+    return cfg, messages, context
+
+
+def round_one(overrides: dict[str, Any]) -> tuple[RunConfig, dict[str, Message], Context, float]:
+    """`variant_messages` plus the seconds the round-1 balancing queries took on this client (from an
+    empty node state: the teacher's logits are computed in its first query)."""
     flat = {**default_run_config(), **overrides}
     cfg = RunConfig.from_flower(flat)
     grid = LocalGrid(client_app, 1, flat)  # also sets the task identity Flower messages need
@@ -72,12 +81,16 @@ def variant_messages(overrides: dict[str, Any]) -> tuple[RunConfig, dict[str, Me
 
     strategy = FedCG(cfg)
     clients = SimpleNamespace(get_node_ids=lambda: [0], exchange=exchange)
+    strategy._bind(arrays, clients)
+    start = time.perf_counter()
+    strategy.update_labelling(clients)
+    balancing = time.perf_counter() - start
     fedcg = next(iter(strategy.configure_train(1, arrays, ins, clients)))
     messages = {
         "fedavg": _deliver(RecordDict({GLOBAL: arrays, CONFIG: ins}), TRAIN),
         "fedcg": _deliver(fedcg.content, fedcg.metadata.message_type),
     }
-    return cfg, messages, context
+    return cfg, messages, context, balancing
 
 
 def empty_state(context: Context) -> Context:
@@ -87,7 +100,7 @@ def empty_state(context: Context) -> Context:
 
 
 def time_handlers(overrides: dict[str, Any], reps: int) -> dict[str, list[float]]:
-    _, messages, context = variant_messages(overrides)
+    cfg, messages, context, _ = round_one(overrides)
     messages["fedcg-new-teacher"] = messages["fedcg"]
     times: dict[str, list[float]] = {name: [] for name in messages}
     for name, message in messages.items():  # warm-up: data loading, first-call allocations
@@ -101,6 +114,7 @@ def time_handlers(overrides: dict[str, Any], reps: int) -> dict[str, list[float]
             times[name].append(time.perf_counter() - start)
             if reply.has_error():
                 raise RuntimeError(f"{name}: {reply.error.reason}")
+    times["balancing"] = [round_one(overrides)[3] for _ in range(min(reps, 3))] if cfg.fedcg.balanced else [0.0]
     return times
 
 
@@ -119,11 +133,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             "max-samples-per-client": args.samples, "test-fraction": 0.01, "model": args.model,
             "batch-size": args.batch_size, "lr": 0.01, "client-threads": 1}
     variants = [
-        ("spec defaults (classifier stride 1, b = 64)", {}),
-        ("spec defaults + teacher-centering (pseudo-domains spread over the branches)",
-         {"fedcg.teacher-centering": True}),
-        ("domain classifiers with stride 2", {"fedcg.domain-stride": 2}),
-        ("stride 2, GCN without W", {"fedcg.domain-stride": 2, "fedcg.use-w": False}),
+        ("defaults: balance sinkhorn, classifier stride 1, b = 64", {"fedcg.domain-stride": 1}),
+        ("balance none (the paper's text: pseudo-domains in one branch), stride 1",
+         {"fedcg.balance": "none", "fedcg.domain-stride": 1}),
+        ("balance sinkhorn, domain classifiers with stride 2", {"fedcg.domain-stride": 2}),
+        ("balance sinkhorn, stride 2, GCN without W", {"fedcg.domain-stride": 2, "fedcg.use-w": False}),
     ]
     started = datetime.now(timezone.utc)
     rows = []
@@ -131,9 +145,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         times = time_handlers({**base, **extra}, args.reps)
         fedavg, fedcg = statistics.median(times["fedavg"]), statistics.median(times["fedcg"])
         new = statistics.median(times["fedcg-new-teacher"])
+        balancing = statistics.median(times["balancing"])
+        period = RunConfig.from_flower({**default_run_config(), **base, **extra}).fedcg.teacher_period
         rows.append({"variant": label, "overrides": extra, "fedavg-seconds": fedavg,
                      "fedcg-seconds": fedcg, "ratio": fedcg / fedavg, "fedcg-new-teacher-seconds": new,
-                     "ratio-new-teacher": new / fedavg, "times": times})
+                     "ratio-new-teacher": new / fedavg, "balancing-seconds": balancing,
+                     "ratio-with-balancing": (fedcg + balancing / period) / fedavg, "times": times})
         print(f"{label}: fedavg {fedavg:.3f} s, fedcg {fedcg:.3f} s (new teacher {new:.3f} s), ratio "
               f"{fedcg / fedavg:.2f} ({new / fedavg:.2f})")
     meta = {"name": args.name, "command": "python -m benchmarks.fedcg_cost " + shlex.join(argv),
@@ -145,15 +162,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"batch {args.batch_size}, one local epoch, one torch thread; D = 4, 2-layer GCN. Median of "
         f"{args.reps} calls of the real client handler (after a warm-up call). Target: ratio ≤ "
         f"{TARGET_RATIO:g}. *Teacher cached*: the client already holds the frozen teacher's logits "
-        "(its later calls within a T-period; every call under teacher-centering, whose query fills "
-        "the cache); *new teacher*: its first call after the teacher changed (empty node state).",
+        "(every training call after the balancing queries, which fill the cache); *new teacher*: a "
+        "call with an empty node state. *Balancing*: the client's time in the balancing queries of "
+        "one teacher (1 + sinkhorn-iters exchanges, from an empty node state), and the ratio with it "
+        "spread over the T rounds of a teacher: (FedCG + balancing / T) ÷ FedAvg.",
         "",
         "| variant | FedAvg s/epoch | FedCG s/epoch (teacher cached) | ratio | FedCG s/epoch (new "
-        "teacher) | ratio |",
-        "|---|---:|---:|---:|---:|---:|",
+        "teacher) | ratio | balancing s/teacher | ratio with balancing |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     lines += [f"| {r['variant']} | {r['fedavg-seconds']:.3f} | {r['fedcg-seconds']:.3f} | "
-              f"{r['ratio']:.2f}× | {r['fedcg-new-teacher-seconds']:.3f} | {r['ratio-new-teacher']:.2f}× |"
+              f"{r['ratio']:.2f}× | {r['fedcg-new-teacher-seconds']:.3f} | {r['ratio-new-teacher']:.2f}× | "
+              f"{r['balancing-seconds']:.3f} | {r['ratio-with-balancing']:.2f}× |"
               for r in rows]
     lines.append("")
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)

@@ -13,8 +13,13 @@ numbers) plus `fedcg-metrics`: the student's and teacher's domain histograms of 
 the correct predictions under both assignments (soft and hard, for the ablation).
 Both loops are the generic ones of `client_app.training`: `DomainInput` feeds them sample indices.
 
-`query.fedcg_centre` (fedcg.teacher-centering): the mean teacher logit over the client's training
-images, from which the server forms the centre c of d̂(x) = argmax_d (g_φ(x)_d − c_d).
+`query.fedcg_balance` (fedcg.balance = sinkhorn | centering; strategies.domain_balance): per-domain
+sums over the client's training images of the teacher's logits (`moments`: Σ z, Σ z²) or of the
+softmax of the balanced scores under the labelling sent along (`marginals`), D floats each. The
+labelling (`teacher_labelling`) travels with the teacher: d̂(x) = argmax_d (λ·(z_d − μ_d)/σ_d + b_d).
+Under clustering=oracle the pseudo-domain is each image's true domain (a control).
+Where the data know each image's true domain (the `domains` partition), replies also split their
+domain counts by true domain (reporting only: a per-image NMI).
 
 The teacher is frozen for T rounds and its logits depend only on (its weights, the image), so a client
 keeps them in its node's `context.state`, keyed by the teacher record's content hash, and computes
@@ -36,10 +41,11 @@ from client_app.training import evaluate as test_model
 from client_app.training import seeded_generator, train_epochs
 from models import build_model
 from models.fedcg import DomainClassifier, FedCGModel
+from strategies.domain_balance import Labelling, logit_moments, soft_marginals
 from strategies.messages import (
-    ADJACENCY, CENTRE_C, CONFIG, FEDCG_METRICS, GRAPH, METRICS, MODEL, STUDENT, TEACHER, TEACHER_CENTRE,
-    TRAIN_FEDCG, EvaluateInstructions, EvaluateReply, FedCGCentreReply, FedCGEvaluateCounts,
-    FedCGTrainReply, TrainInstructions,
+    ADJACENCY, CONFIG, FEDCG_METRICS, GRAPH, METRICS, MODEL, QUERY_FEDCG_BALANCE, STUDENT, TEACHER,
+    TEACHER_LABELLING, TRAIN_FEDCG, EvaluateInstructions, EvaluateReply, FedCGBalanceReply,
+    FedCGBalanceRequest, FedCGEvaluateCounts, FedCGTrainReply, TrainInstructions,
 )
 
 STUDENT_STREAM = 11  # seeded_generator purpose of the student's batches (the model's uses none)
@@ -77,7 +83,7 @@ def fedcg_model(rt: ClientRuntime, arrays: ArrayRecord, graph: ArrayRecord) -> F
 def domain_classifier(rt: ClientRuntime, arrays: ArrayRecord) -> DomainClassifier:
     s = rt.cfg.fedcg
     with torch.device("meta"):
-        classifier = DomainClassifier(rt.data.input_shape[0], s.domains, s.domain_stride)
+        classifier = DomainClassifier(rt.data.input_shape, s.domains, s.domain_stride, s.classifier_pool)
     classifier.load_state_dict(arrays.to_torch_state_dict(), assign=True)
     return classifier.to(rt.device)
 
@@ -125,26 +131,41 @@ def teacher_logits(rt: ClientRuntime, context: Context, record: ArrayRecord, x: 
     return logits
 
 
-def teacher_centre(content: RecordDict, num_domains: int) -> torch.Tensor | None:
-    """The centre c [D] sent with the teacher (fedcg.teacher-centering), or None."""
-    if TEACHER_CENTRE not in content:
+def teacher_labelling(content: RecordDict, num_domains: int) -> Labelling | None:
+    """The labelling sent with the teacher (fedcg.balance = sinkhorn | centering), or None."""
+    if TEACHER_LABELLING not in content:
         return None
-    record = content[TEACHER_CENTRE]
-    if CENTRE_C not in record:
-        raise ValueError(f"the '{TEACHER_CENTRE}' record needs the array '{CENTRE_C}'")
-    c = torch.from_numpy(record[CENTRE_C].numpy()).to(torch.float32).reshape(-1)
-    if len(c) != num_domains:
-        raise ValueError(f"'{TEACHER_CENTRE}/{CENTRE_C}' has {len(c)} values; fedcg.domains = {num_domains}")
-    return c
+    return Labelling.from_record(content[TEACHER_LABELLING], num_domains)
 
 
-def pseudo_domains(logits: torch.Tensor, centre: torch.Tensor | None) -> torch.Tensor:
-    """d̂(x) = argmax_d g_φ(x)_d (eq. 3), or argmax_d (g_φ(x)_d − c_d) with a centre c."""
-    return (logits if centre is None else logits - centre.to(logits.device)).argmax(dim=1)
+def pseudo_domains(logits: torch.Tensor, labelling: Labelling | None) -> torch.Tensor:
+    """d̂(x) = argmax_d g_φ(x)_d (eq. 3), or the balanced argmax of a labelling."""
+    return logits.argmax(dim=1) if labelling is None else labelling.pseudo_domains(logits).to(logits.device)
 
 
 def _counts(domains: torch.Tensor, num_domains: int) -> list[int]:
     return torch.bincount(domains.cpu(), minlength=num_domains).tolist()
+
+
+def truth_counts(rt: ClientRuntime, split: str, domains: torch.Tensor, num_domains: int) -> list[int] | None:
+    """Counts of (true domain g, discovered domain d) over the split's images, flattened [G, D]; None
+    where the data do not know each image's true domain."""
+    truth = rt.data.train_domains if split == "train" else rt.data.test_domains
+    if truth is None or len(truth) != len(domains):
+        return None
+    groups = len(rt.cfg.data_spec.partition.domain_names)
+    joint = truth.cpu() * num_domains + domains.cpu()
+    return torch.bincount(joint, minlength=groups * num_domains).tolist()
+
+
+def oracle_domains(rt: ClientRuntime, num_domains: int) -> torch.Tensor:
+    """clustering=oracle: each training image's true domain."""
+    truth = rt.data.train_domains
+    if truth is None:
+        raise ValueError("fedcg.clustering='oracle' needs each image's true domain: partition 'domains'")
+    if len(truth) and int(truth.max()) >= num_domains:
+        raise ValueError(f"true domain {int(truth.max())} does not fit fedcg.domains = {num_domains}")
+    return truth.to(rt.device)
 
 
 def train(message: Message, context: Context) -> Message:
@@ -163,11 +184,14 @@ def train(message: Message, context: Context) -> Message:
     teacher = None
     if ins.client_domain is not None:  # clustering=kmeans: one domain per client
         pseudo = torch.full((len(y),), ins.client_domain, dtype=torch.long, device=x.device)
-    elif TEACHER in content:  # (a) d̂ = argmax_d g_φ^d(x), teacher frozen
+    elif ins.true_domains:  # clustering=oracle: each image's true domain
+        pseudo = oracle_domains(rt, d)
+    elif TEACHER in content:  # (a) d̂ = argmax_d g_φ^d(x), teacher frozen (balanced: §6.9)
         teacher = teacher_logits(rt, context, content[TEACHER], x, "train")
-        pseudo = pseudo_domains(teacher, teacher_centre(content, d))
+        pseudo = pseudo_domains(teacher, teacher_labelling(content, d))
     else:
-        raise ValueError(f"{TRAIN_FEDCG} needs the '{TEACHER}' record or 'client-domain' in its config")
+        raise ValueError(f"{TRAIN_FEDCG} needs the '{TEACHER}' record, 'client-domain' or 'true-domains' "
+                         "in its config")
     same = teacher is not None and record_fingerprint(content[STUDENT]) == record_fingerprint(
         content[TEACHER])  # the round after φ ← ϕ: the received student is the teacher
     received = (teacher if same else domain_logits(student, x)).argmax(dim=1)  # the received ϕ
@@ -184,7 +208,9 @@ def train(message: Message, context: Context) -> Message:
     )
     reply = FedCGTrainReply(
         num_examples=len(y), train_loss=loss, student_loss=student_loss, student_agreement=agreement,
-        domain_counts=_counts(pseudo, d), student_counts=_counts(received, d), cuda=rt.on_cuda,
+        domain_counts=_counts(pseudo, d), student_counts=_counts(received, d),
+        truth_counts=truth_counts(rt, "train", pseudo, d),
+        student_truth_counts=truth_counts(rt, "train", received, d), cuda=rt.on_cuda,
     )
     return Message(RecordDict({MODEL: model_record(model), STUDENT: model_record(student),
                                METRICS: reply.metrics()}), reply_to=message)
@@ -207,25 +233,37 @@ def evaluate(message: Message, context: Context) -> Message:
                for assignment, weights in (("soft", probabilities), ("hard", student_domains))}
     result = results["soft" if soft else "hard"]
     teacher_domains = (pseudo_domains(teacher_logits(rt, context, content[TEACHER], x, "test"),
-                                      teacher_centre(content, d))
+                                      teacher_labelling(content, d))
                        if TEACHER in content else student_domains.new_zeros(0))
     reply = EvaluateReply(num_examples=result.num_examples, loss=result.loss,
                           **result_fields(result), **result_fields(result, "global_"))
     counts = FedCGEvaluateCounts(student_counts=_counts(student_domains, d),
                                  teacher_counts=_counts(teacher_domains, d),
                                  soft_correct=results["soft"].correct,
-                                 hard_correct=results["hard"].correct)
+                                 hard_correct=results["hard"].correct,
+                                 truth_counts=truth_counts(rt, "test", student_domains, d))
     return Message(RecordDict({METRICS: reply.metrics(), FEDCG_METRICS: counts.metrics()}),
                    reply_to=message)
 
 
-def teacher_mean(message: Message, context: Context) -> Message:
-    """`query.fedcg_centre`: the mean teacher logit (1/n) Σ_x g_φ(x) over the training images."""
+def balance_statistics(message: Message, context: Context) -> Message:
+    """`query.fedcg_balance`: per-domain sums of the teacher's logits over the training images —
+    `moments` (n, Σ z, Σ z²) or `marginals` (n, Σ softmax(λ·ẑ + b), hard counts) under the labelling
+    sent along (strategies.domain_balance)."""
     rt = client_runtime(message, context)
-    if TEACHER not in message.content:
-        raise ValueError(f"query.fedcg_centre needs the '{TEACHER}' record")
+    content = message.content
+    request = FedCGBalanceRequest.read(content[CONFIG])
+    if TEACHER not in content:
+        raise ValueError(f"{QUERY_FEDCG_BALANCE} needs the '{TEACHER}' record")
     x, _ = rt.tensors("train")
-    logits = teacher_logits(rt, context, message.content[TEACHER], x, "train")
-    mean = logits.mean(dim=0) if len(logits) else logits.new_zeros(logits.shape[1])
-    reply = FedCGCentreReply(num_examples=len(logits), logit_mean=[float(v) for v in mean])
+    logits = teacher_logits(rt, context, content[TEACHER], x, "train")
+    if request.statistic == "moments":
+        n, sums, squares = logit_moments(logits)
+        reply = FedCGBalanceReply(num_examples=n, logit_sum=sums, logit_square_sum=squares)
+    else:
+        labelling = teacher_labelling(content, rt.cfg.fedcg.domains)
+        if labelling is None:
+            raise ValueError(f"{QUERY_FEDCG_BALANCE} 'marginals' needs the '{TEACHER_LABELLING}' record")
+        n, soft, hard = soft_marginals(logits, labelling)
+        reply = FedCGBalanceReply(num_examples=n, soft_sum=soft, hard_counts=hard)
     return Message(RecordDict({METRICS: reply.metrics()}), reply_to=message)

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from datasets import traffic
+from datasets.domains import apply_domains, rotate  # noqa: F401  (rotate: re-exported)
 from datasets.partition import Partition, PartitionSpec, make_partition
 from datasets.sources import SOURCE_INFO, SOURCE_NAMES, DataSource, dataset_task, load_source
 
@@ -44,6 +45,10 @@ class ClientData:
     task: str = "classification"  # or "regression" (datasets.sources.TASKS)
     target_mean: float = 0.0  # regression: the z-score of the targets (training statistics)
     target_std: float = 1.0
+    # "domains" partition: each image's true domain id (ground truth for reporting, and FedCG's
+    # oracle control), int64 [n]; None for other partitions
+    train_domains: torch.Tensor | None = None
+    test_domains: torch.Tensor | None = None
 
     @property
     def target_scale(self) -> tuple[float, float] | None:
@@ -109,7 +114,8 @@ def _traffic_client_data(spec: DataSpec, client_id: int) -> ClientData:
 
 @functools.lru_cache(maxsize=None)
 def load_client_data(spec: DataSpec, client_id: int) -> ClientData:
-    """Tensors of client ``client_id``, rotated by its angle under the "domains" scheme; cached."""
+    """Tensors of client ``client_id``; under the "domains" scheme every image is shown in its true
+    domain (rotated, or restyled; ``datasets.domains``); cached."""
     if traffic.is_traffic(spec.dataset):
         return _traffic_client_data(spec, client_id)
     source, partition = load_partition(spec)
@@ -118,16 +124,26 @@ def load_client_data(spec: DataSpec, client_id: int) -> ClientData:
             f"client_id {client_id} out of range: the partition has {partition.num_clients} clients "
             f"(valid ids 0..{partition.num_clients - 1})"
         )
-    angle = float(partition.rotations[client_id]) if partition.rotations is not None else 0.0
     train, test = partition.train_indices[client_id], partition.test_indices[client_id]
+    train_x, test_x = _images(source, train), _images(source, test)
+    domains: dict[str, torch.Tensor] = {}
+    if partition.train_domains is not None:
+        train_d = torch.from_numpy(partition.train_domains[client_id].copy())
+        test_d = torch.from_numpy(partition.test_domains[client_id].copy())
+        family, names = spec.partition.family, partition.domain_names
+        seed = spec.partition.seed * 1_000_003 + 2 * client_id  # the noise of this client's images
+        train_x = apply_domains(train_x, train_d, family, names, seed)
+        test_x = apply_domains(test_x, test_d, family, names, seed + 1)
+        domains = dict(train_domains=train_d, test_domains=test_d)
     return ClientData(
         client_id=client_id,
-        train_x=rotate(_images(source, train), angle),
+        train_x=train_x,
         train_y=torch.from_numpy(source.labels[train].copy()),
-        test_x=rotate(_images(source, test), angle),
+        test_x=test_x,
         test_y=torch.from_numpy(source.labels[test].copy()),
         num_classes=source.num_classes,
         input_shape=tuple(source.images.shape[1:]),  # type: ignore[arg-type]
+        **domains,
     )
 
 
@@ -139,20 +155,6 @@ def dataset_info(dataset: str, data_root: str | None) -> tuple[tuple[int, ...], 
     if dataset not in SOURCE_INFO:
         raise ValueError(f"unknown data source {dataset!r}; allowed names: {', '.join(SOURCE_NAMES)}")
     return SOURCE_INFO[dataset]
-
-
-def rotate(images: torch.Tensor, degrees: float) -> torch.Tensor:
-    """Rotate [n, C, H, W] images counter-clockwise; exact (torch.rot90) for multiples of 90 degrees."""
-    quarter_turns, remainder = divmod(float(degrees), 90.0)
-    if len(images) == 0:  # e.g. the empty train split of a held-out test client
-        return images
-    if remainder == 0.0:
-        turns = int(quarter_turns) % 4
-        return torch.rot90(images, k=turns, dims=(-2, -1)).contiguous() if turns else images
-    from torchvision.transforms.functional import InterpolationMode
-    from torchvision.transforms.functional import rotate as tv_rotate
-
-    return tv_rotate(images, float(degrees), interpolation=InterpolationMode.BILINEAR, fill=0.0)
 
 
 def _images(source: DataSource, indices: np.ndarray) -> torch.Tensor:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from datasets.domains import DOMAIN_FAMILIES, check_domain_names
+
 PARTITION_SCHEMES: tuple[str, ...] = (
     "iid", "dirichlet", "shards", "label-clusters", "domains", "natural",
     "sensors",  # traffic only: one client per sensor (datasets/federated.py, datasets/traffic.py)
@@ -35,11 +37,28 @@ class PartitionSpec:
     max_samples_per_client: int = 0  # 0 = no cap; else cap each client's pool before the split
     test_clients: float = 0.0  # domains: share of clients held out whole as test clients (0 = none)
     unseen_rotations: tuple[float, ...] = ()  # domains: angles only held-out test clients see
+    family: str = "rotations"  # domains: "rotations" or "styles" (datasets.domains)
+    styles: tuple[str, ...] = ("plain", "inverted", "noisy", "thick")  # domains, family "styles"
+    unseen_styles: tuple[str, ...] = ()  # domains: styles only held-out test clients see
+    domains_per_client: int = 1  # domains: k domains per train client, its images split between them
 
     def __post_init__(self) -> None:
         # A list of rotations (e.g. from a config file) would make the spec unhashable.
         object.__setattr__(self, "rotations", tuple(float(r) for r in self.rotations))
         object.__setattr__(self, "unseen_rotations", tuple(float(r) for r in self.unseen_rotations))
+        object.__setattr__(self, "styles", tuple(self.styles))
+        object.__setattr__(self, "unseen_styles", tuple(self.unseen_styles))
+
+    @property
+    def domain_names(self) -> tuple[str, ...]:
+        """Names of the seen then the unseen domains of the chosen family (an angle: its degrees)."""
+        if self.family == "styles":
+            return self.styles + self.unseen_styles
+        return tuple(f"{angle:g}" for angle in self.rotations + self.unseen_rotations)
+
+    @property
+    def num_seen_domains(self) -> int:
+        return len(self.styles) if self.family == "styles" else len(self.rotations)
 
 
 @dataclass(frozen=True, eq=False)
@@ -50,8 +69,13 @@ class Partition:
     test_indices: tuple[np.ndarray, ...]  # per client, int64, sorted, disjoint from train
     cluster_ids: np.ndarray | None  # int64 [K]: label cluster / domain per client, else None
     label_graph: np.ndarray  # float32 [K, K]: 1 where two clients share a train label; diagonal 1
-    rotations: np.ndarray | None  # float64 [K] degrees per client for "domains", else None
+    rotations: np.ndarray | None  # float64 [K] degrees per client for rotation "domains", else None
     test_clients: np.ndarray | None = None  # int64 ids of held-out test clients ("domains"), else None
+    # "domains": per image, the id of its true domain (aligned with train_indices / test_indices),
+    # and the domains' names (ids index them); cluster_ids then holds each client's first domain
+    train_domains: tuple[np.ndarray, ...] | None = None
+    test_domains: tuple[np.ndarray, ...] | None = None
+    domain_names: tuple[str, ...] | None = None
 
     @property
     def num_clients(self) -> int:
@@ -77,6 +101,7 @@ def make_partition(labels: np.ndarray, spec: PartitionSpec, groups: np.ndarray |
     pools, cluster_ids, rotations = _assign_pools(labels, spec, groups, pool_rng)
     if spec.max_samples_per_client > 0:
         pools = [_cap(pool, spec.max_samples_per_client, cap_rng) for pool in pools]
+    image_domain = _image_domains(pools, spec, len(labels)) if spec.scheme == "domains" else None
     held_out = heldout_test_clients(spec)
     if held_out is None:
         splits = [_split_train_test(pool, spec.test_fraction, split_rng) for pool in pools]
@@ -85,13 +110,20 @@ def make_partition(labels: np.ndarray, spec: PartitionSpec, groups: np.ndarray |
         splits = [(empty, np.sort(pool)) if client in held_out else (np.sort(pool), empty)
                   for client, pool in enumerate(np.asarray(p, dtype=np.int64) for p in pools)]
     train = tuple(train for train, _ in splits)
+    test = tuple(test for _, test in splits)
+    per_image = {}
+    if image_domain is not None:
+        per_image = dict(train_domains=tuple(image_domain[t] for t in train),
+                         test_domains=tuple(image_domain[t] for t in test),
+                         domain_names=spec.domain_names)
     return Partition(
         train_indices=train,
-        test_indices=tuple(test for _, test in splits),
+        test_indices=test,
         cluster_ids=cluster_ids,
         label_graph=label_graph(labels, train),
         rotations=rotations,
         test_clients=held_out,
+        **per_image,
     )
 
 
@@ -99,9 +131,11 @@ def heldout_test_clients(spec: PartitionSpec) -> np.ndarray | None:
     """Ids of the whole clients held out for testing under "domains" with ``test_clients`` > 0: the
     last T = round(test_clients·K) ids (at least 1, at most K − 1); None when clients are not held out.
 
-    Train clients 0..K−T−1 take the seen rotations in turn; test client j (0-based among the test
-    clients) takes rotation j mod (D + U) of ``rotations + unseen_rotations``, so with at least D + U
-    test clients every seen and every unseen domain has test clients.
+    Train clients 0..K−T−1 take the seen domains in turn; test client j (0-based among the test
+    clients) takes domain j mod (D + U) of the seen + unseen domains (``rotations + unseen_rotations``
+    or ``styles + unseen_styles``), so with at least D + U test clients every seen and every unseen
+    domain has test clients. A test client always holds one domain (``domains_per_client`` applies
+    to train clients).
     """
     if spec.test_clients <= 0:
         return None
@@ -146,10 +180,18 @@ def _validate(spec: PartitionSpec, num_samples: int) -> None:
          ">= 2 when test clients are held out (at least one train and one test client)"),
         (not spec.unseen_rotations or spec.test_clients > 0, "unseen_rotations", spec.unseen_rotations,
          "empty unless test clients are held out (only test clients see unseen domains)"),
+        (not spec.unseen_styles or spec.test_clients > 0, "unseen_styles", spec.unseen_styles,
+         "empty unless test clients are held out (only test clients see unseen domains)"),
+        (spec.family in DOMAIN_FAMILIES, "family", spec.family, f"one of {', '.join(DOMAIN_FAMILIES)}"),
+        (spec.family != "styles" or len(spec.styles) >= 1, "styles", spec.styles, "a non-empty tuple of styles"),
+        (1 <= spec.domains_per_client <= spec.num_seen_domains, "domains_per_client",
+         spec.domains_per_client, f"between 1 and the {spec.num_seen_domains} seen domains"),
     ]
     for ok, name, value, allowed in checks:
         if not ok:
             raise ValueError(f"invalid {name}={value!r}: must be {allowed}")
+    if spec.scheme == "domains":
+        check_domain_names(spec.family, spec.domain_names)
 
 
 def _require(ok: bool, name: str, value: object, allowed: str) -> None:
@@ -179,13 +221,36 @@ def _assign_pools(
     if spec.scheme == "label-clusters":
         return _label_clusters(labels, spec, rng)
     if spec.scheme == "domains":
-        domains = np.arange(k, dtype=np.int64) % len(spec.rotations)
-        held_out = heldout_test_clients(spec)
-        if held_out is not None:  # test clients cycle over seen + unseen domains
-            domains[held_out] = np.arange(len(held_out)) % (len(spec.rotations) + len(spec.unseen_rotations))
-        angles = np.asarray(spec.rotations + spec.unseen_rotations, dtype=np.float64)
-        return _iid(len(labels), k, rng), domains, angles[domains]
+        domains = client_domains(spec)[:, 0].copy()
+        angles = None
+        if spec.family == "rotations":
+            angles = np.asarray(spec.rotations + spec.unseen_rotations, dtype=np.float64)[domains]
+        return _iid(len(labels), k, rng), domains, angles
     return _natural(groups, len(labels), k, rng), None, None
+
+
+def client_domains(spec: PartitionSpec) -> np.ndarray:
+    """int64 [K, k]: the domains of every client under "domains". Train client i holds the seen
+    domains i, i+1, ..., i+k−1 (mod the number of seen domains), so with k ≥ 2 neighbouring
+    clients share domains and no client is one domain; a held-out test client holds one domain
+    (see ``heldout_test_clients``) and its row repeats it."""
+    seen, k = spec.num_seen_domains, spec.domains_per_client
+    rows = (np.arange(spec.num_clients)[:, None] + np.arange(k)[None, :]) % seen
+    held_out = heldout_test_clients(spec)
+    if held_out is not None:  # test clients cycle over seen + unseen domains
+        rows[held_out] = (np.arange(len(held_out)) % len(spec.domain_names))[:, None]
+    return rows.astype(np.int64)
+
+
+def _image_domains(pools: list[np.ndarray], spec: PartitionSpec, num_samples: int) -> np.ndarray:
+    """int64 [N]: each pooled sample's true domain (−1 outside every pool). A client's (shuffled)
+    pool is cut into as many near-equal parts as it has distinct domains, part j in domain j."""
+    domain_of = np.full(num_samples, -1, dtype=np.int64)
+    for pool, row in zip(pools, client_domains(spec)):
+        mine = list(dict.fromkeys(row.tolist()))  # distinct, in order
+        for part, domain in zip(np.array_split(np.asarray(pool, dtype=np.int64), len(mine)), mine):
+            domain_of[part] = domain
+    return domain_of
 
 
 def _iid(num_samples: int, k: int, rng: np.random.Generator) -> list[np.ndarray]:

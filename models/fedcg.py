@@ -14,7 +14,8 @@ agnostic conv and the D branch convs and mix them per sample.
 `FedCGModel` is a `Backbone` whose chosen conv layers are FedCG layers; its forward takes the images
 and their domains (long [B] = hard ids, float [B, D] = soft weights) and uses the adjacency set with
 `set_adjacency`. `precompute_branches()` computes V̂ once for inference. `DomainClassifier` is the
-teacher / student g (§4): Conv3×3 32 → ReLU → Conv3×3 64 → ReLU → global average pool → Linear D.
+teacher / student g (§4): Conv3×3 32 → ReLU → Conv3×3 64 → ReLU → pooling (global average: the
+paper; 2×2 average or none: §6.10) → Linear D.
 """
 
 from __future__ import annotations
@@ -262,19 +263,35 @@ def build_fedcg_model(backbone: Backbone, spec: FedCGSpec) -> FedCGModel:
     return FedCGModel(backbone, spec)
 
 
-class DomainClassifier(nn.Sequential):
-    """g: images → D domain logits (the teacher φ and the student ϕ; spec §4): Conv3×3 C→32, ReLU,
-    Conv3×3 32→64, ReLU, global average pool, Linear 64→D. `stride` applies to both convs."""
+CLASSIFIER_POOLS = ("global", "avg2", "flatten")
 
-    def __init__(self, in_channels: int, num_domains: int, stride: int = 1) -> None:
+
+class DomainClassifier(nn.Sequential):
+    """g: images → D domain logits (the teacher φ and the student ϕ; spec §4, §6.10): Conv3×3 C→32,
+    ReLU, Conv3×3 32→64, ReLU, then `pool`: `global` average pool (the paper), `avg2` a 2×2 average
+    pool, or `flatten` (no pooling), and a Linear layer to D. `stride` applies to both convs."""
+
+    def __init__(self, input_shape: tuple[int, ...], num_domains: int, stride: int = 1,
+                 pool: str = "global") -> None:
+        if pool not in CLASSIFIER_POOLS:
+            raise ValueError(f"fedcg.classifier-pool must be one of {CLASSIFIER_POOLS}, got {pool!r}")
+        channels, height, width = input_shape
+        for _ in range(2):  # the spatial size after the two convs (kernel 3, padding 1)
+            height, width = (height - 1) // stride + 1, (width - 1) // stride + 1
+        if pool == "global":
+            pooling, features = [nn.AdaptiveAvgPool2d(1)], 64
+        elif pool == "avg2":
+            pooling, features = [nn.AdaptiveAvgPool2d(2)], 64 * 4
+        else:
+            pooling, features = [], 64 * height * width
         super().__init__(
-            nn.Conv2d(in_channels, 32, kernel_size=3, padding=1, stride=stride),
+            nn.Conv2d(channels, 32, kernel_size=3, padding=1, stride=stride),
             nn.ReLU(),
             nn.Conv2d(32, 64, kernel_size=3, padding=1, stride=stride),
             nn.ReLU(),
-            nn.AdaptiveAvgPool2d(1),
+            *pooling,
             nn.Flatten(),
-            nn.Linear(64, num_domains),
+            nn.Linear(features, num_domains),
         )
 
 

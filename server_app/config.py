@@ -183,21 +183,38 @@ class FedCGSection(_Settings):
     relu: bool = True  # σ = ReLU on the GCN outputs (false: identity)
     residual: bool = True  # false: branch only (no agnostic layer)
     lambda_init: float = 0.1  # initial λ of every FedCG layer
-    clustering: Literal["clf", "kmeans"] = "clf"  # teacher/student, or K-means of client models
+    # clf: teacher/student; kmeans: K-means of client models; oracle: each image's true domain
+    # (a control: the student still assigns domains at test time)
+    clustering: Literal["clf", "kmeans", "oracle"] = "clf"
     kmeans_epochs: int = Field(1, ge=1)  # clustering='kmeans': local epochs of each client's model
     domain_lr: float = Field(0.01, gt=0.0)  # SGD of the student (no momentum, no weight decay)
     domain_stride: int = Field(1, ge=1)  # stride of both convs of the domain classifiers
+    classifier_pool: Literal["global", "avg2", "flatten"] = "global"  # domain classifier pooling (§6.10)
     soft: bool = True  # test assignment: student probabilities (false: one-hot argmax)
-    # true: d̂(x) = argmax_d (g_φ(x)_d − c_d), c = the federated mean teacher logit (keeps a random
-    # teacher from sending every image to one domain; the spec's default is none, §6.9)
+    # pseudo-domains from the teacher's logits (§6.9): sinkhorn = federated standardisation + Sinkhorn
+    # column scaling (balanced hard labels); centering = minus the federated mean logit; none = argmax
+    balance: Literal["sinkhorn", "centering", "none"] = "sinkhorn"
+    sinkhorn_iters: int = Field(30, ge=1)  # column-scaling exchanges (D floats each) per teacher
+    sinkhorn_temperature: float = Field(100.0, ge=1.0)  # final λ (raised geometrically from 1)
+    # the earlier spelling of balance='centering': true selects it (false changes nothing)
     teacher_centering: bool = False
 
     @model_validator(mode="after")
-    def _centering_needs_a_teacher(self) -> "FedCGSection":
-        if self.teacher_centering and self.clustering != "clf":
-            raise ValueError("fedcg.teacher-centering centres the teacher's logits: it needs "
-                             f"fedcg.clustering='clf' (got '{self.clustering}'); set one of them back")
+    def _centering_is_a_balance(self) -> "FedCGSection":
+        if self.teacher_centering:
+            if self.clustering != "clf":
+                raise ValueError("fedcg.teacher-centering centres the teacher's logits: it needs "
+                                 f"fedcg.clustering='clf' (got '{self.clustering}'); set one of them back")
+            if self.balance == "none":
+                raise ValueError("fedcg.teacher-centering = true is fedcg.balance = 'centering', but "
+                                 "fedcg.balance = 'none' is set; keep one of them")
+            object.__setattr__(self, "balance", "centering")
         return self
+
+    @property
+    def balanced(self) -> bool:
+        """Whether pseudo-domains come from a teacher whose logits are balanced (clf, not none, D > 1)."""
+        return self.clustering == "clf" and self.balance != "none" and self.domains > 1
 
     @property
     def spec(self):  # -> models.fedcg.FedCGSpec (torch models: imported only when needed)
@@ -238,6 +255,10 @@ class RunConfig(_Settings):
     domain_rotations: str = "0,90,180,270"
     domain_test_clients: float = Field(0.0, ge=0.0, lt=1.0)  # domains: share of whole test clients
     domain_unseen_rotations: str = ""  # domains: angles only the held-out test clients see
+    domain_family: Literal["rotations", "styles"] = "rotations"  # domains: what makes a domain
+    domain_styles: str = "plain,inverted,noisy,thick"  # domains, family styles: the train domains
+    domain_unseen_styles: str = ""  # domains, family styles: styles only held-out test clients see
+    domains_per_client: int = Field(1, ge=1)  # domains: k domains per train client (images split)
     eval_every: int = Field(1, ge=1)
     # send round r's evaluation with round r + 1's train message (one phase per round); false: a
     # separate evaluate phase after each evaluated round (strategies/fusion.py)
@@ -305,6 +326,22 @@ class RunConfig(_Settings):
                 raise ValueError("must be empty or comma-separated angles in degrees, e.g. '45'") from None
         return value
 
+    @field_validator("domain_styles", "domain_unseen_styles")
+    @classmethod
+    def _style_list(cls, value: str, info: ValidationInfo) -> str:
+        from datasets.domains import STYLES
+
+        for name in cls._names(value):
+            if name not in STYLES:
+                raise ValueError(f"unknown style {name!r}; allowed styles: {', '.join(STYLES)}")
+        if info.field_name == "domain_styles" and not cls._names(value):
+            raise ValueError(f"must list at least one style of {', '.join(STYLES)}")
+        return value
+
+    @staticmethod
+    def _names(text: str) -> tuple[str, ...]:
+        return tuple(part.strip() for part in text.split(",") if part.strip())
+
     @model_validator(mode="after")
     def _held_out_domains(self) -> RunConfig:
         if self.domain_test_clients > 0 and self.partition != "domains":
@@ -313,6 +350,13 @@ class RunConfig(_Settings):
         if self.domain_unseen_rotations.strip() and self.domain_test_clients <= 0:
             raise ValueError("domain-unseen-rotations needs held-out test clients: set "
                              "domain-test-clients > 0 (e.g. 0.2)")
+        if self.domain_unseen_styles.strip() and self.domain_test_clients <= 0:
+            raise ValueError("domain-unseen-styles needs held-out test clients: set "
+                             "domain-test-clients > 0 (e.g. 0.2)")
+        seen = self.data_spec.partition.num_seen_domains
+        if self.partition == "domains" and self.domains_per_client > seen:
+            raise ValueError(f"domains-per-client = {self.domains_per_client} exceeds the {seen} seen "
+                             f"domains of family '{self.domain_family}'; lower it or list more domains")
         return self
 
     @model_validator(mode="after")
@@ -349,13 +393,22 @@ class RunConfig(_Settings):
         if self.resume and not self.run_name:
             raise ValueError("resume=true needs run-name (and output-dir) of the run to continue; "
                              "a run without run-name gets a new timestamped directory")
-        if self.partition == "domains" and len(self.rotations) < 2:
+        if self.partition == "domains" and self.domain_family == "rotations" and len(self.rotations) < 2:
             raise ValueError(f"partition 'domains' needs at least 2 domains, but domain-rotations="
                              f"'{self.domain_rotations}' lists {len(self.rotations)}; list two or "
                              "more angles, e.g. '0,90,180,270'")
-        if self.method == "fedcg" and self.fedcg.domains < 2:
-            raise ValueError(f"fedcg.domains = {self.fedcg.domains}: FedCG needs at least 2 "
-                             "domains; set fedcg.domains >= 2")
+        if self.partition == "domains" and self.domain_family == "styles" and len(self._names(
+                self.domain_styles)) < 2:
+            raise ValueError(f"partition 'domains' needs at least 2 domains, but domain-styles="
+                             f"'{self.domain_styles}' lists fewer; list two or more styles, e.g. "
+                             "'plain,inverted,noisy,thick'")
+        if self.method == "fedcg" and self.fedcg.clustering == "oracle":
+            seen = self.data_spec.partition.num_seen_domains
+            if self.partition != "domains" or self.fedcg.domains < seen:
+                raise ValueError(f"fedcg.clustering='oracle' trains with each image's true domain: it "
+                                 f"needs partition 'domains' and fedcg.domains >= its {seen} seen "
+                                 f"domains (got partition '{self.partition}', fedcg.domains = "
+                                 f"{self.fedcg.domains})")
         if self.partition == "label-clusters" and self.dataset in SOURCE_INFO:
             classes = SOURCE_INFO[self.dataset][1]
             if self.num_clusters * self.labels_per_cluster > classes:
@@ -453,6 +506,10 @@ class RunConfig(_Settings):
                 max_samples_per_client=self.max_samples_per_client,
                 test_clients=self.domain_test_clients,
                 unseen_rotations=self.unseen_rotations,
+                family=self.domain_family,
+                styles=self._names(self.domain_styles),
+                unseen_styles=self._names(self.domain_unseen_styles),
+                domains_per_client=self.domains_per_client,
             ),
         )
 

@@ -9,23 +9,29 @@ t mod T = 0; A ← eq. 6–7 from the new V once t ≥ adj-warmup (A = I before)
 (ArrayRecord `graph`). Clients train with the teacher's one-hot domains (`train.fedcg`) and are tested
 with the student's soft probabilities (`evaluate.fedcg`).
 
-Option `fedcg.teacher-centering` (off by default: the spec adds no balancing, §6.9): a random
-teacher tends to send every image to one domain (its logits share a large image-independent offset),
-which leaves one branch trained and NMI at 0. With centering the pseudo-domain is
-d̂(x) = argmax_d (g_φ(x)_d − c_d), c the federated mean teacher logit (DINO's teacher centering):
-whenever the teacher changes (round 1 and after every replacement) the server asks every online
-train client for its mean teacher logit (`query.fedcg_centre`, D floats and a count: no images,
-labels or per-sample values leave a client) and averages them by num-examples; c travels with the
-teacher and stays fixed while it is frozen, so d̂ is still a fixed function of (teacher, image).
+Balanced pseudo-domains (`fedcg.balance`, spec §6.9, strategies.domain_balance): a random teacher
+tends to send every image to one domain, which leaves one branch trained and NMI at 0. Whenever the
+teacher changes (round 1 and after every replacement) the server asks every online train client for
+per-domain sums of the teacher's logits (`query.fedcg_balance`: D floats and a count per exchange;
+no images, labels or per-sample values leave a client): `sinkhorn` (default) standardises the logits
+with the federated mean and sd, then runs `fedcg.sinkhorn-iters` Sinkhorn column-scaling exchanges
+with the temperature raised to `fedcg.sinkhorn-temperature`, so the hard labels are balanced;
+`centering` subtracts the federated mean logit (one exchange; `fedcg.teacher-centering = true` is
+its earlier spelling); `none` is the paper's plain argmax. The labelling travels with the teacher
+(`teacher_labelling`) and stays fixed while it is frozen, so d̂ is a fixed function of (teacher,
+image); it is part of the strategy and so of every checkpoint. Controls: `fedcg.domains = 1` (the
+residual capacity alone) and `fedcg.clustering = oracle` (train with each image's true domain).
 
 With held-out test clients (`domain-test-clients` > 0, the paper's protocol) only train clients are
 sampled for training and only test clients are evaluated: the global accuracy is over the union of
 the test clients' images. Ablation switches (`fedcg.*`): adjacency distance / identity / uniform /
 random, use-w, relu, residual, layers last / all, clustering clf / kmeans.
 
-Reports: per round (rounds.jsonl `fedcg`) A, λ per FedCG layer, the teacher's and the student's
-domain histograms, student–teacher agreement, NMI against the true domains; at the end (summary.json
-`fedcg`, artifacts) the adjacency heatmaps, `adjacencies.npy` [rounds + 1, D, D], `fedcg.png`.
+Reports: per round (rounds.jsonl `fedcg`) A, λ per FedCG layer, the hard histogram of the
+pseudo-domains and its largest share, the student's histogram, student–teacher agreement, the
+balancing (soft marginals and hard histogram of its last step), NMI against the true domains (per
+image where the data know each image's domain); at the end (summary.json `fedcg`, artifacts) the
+final NMI and largest share, the adjacency heatmaps, `adjacencies.npy` [rounds + 1, D, D], `fedcg.png`.
 """
 
 from __future__ import annotations
@@ -46,11 +52,14 @@ from datasets.sources import SOURCE_INFO
 from models import build_model
 from models.fedcg import DomainClassifier, FedCGModel
 from strategies.clients import ClientGrid
+from strategies.domain_balance import (
+    Labelling, scaled_offsets, standardisation, temperatures, warm_offsets,
+)
 from strategies.graph import pairwise_row_distances
 from strategies.messages import (
-    ADJACENCY, CENTRE_C, CONFIG, FEDCG_METRICS, GRAPH, METRICS, MODEL, PERSONAL, QUERY_FEDCG_CENTRE,
-    STUDENT, TEACHER, TEACHER_CENTRE, EVALUATE_FEDCG, TRAIN_FEDCG, TRAIN_LOCAL, EvaluateReply,
-    FedCGCentreReply, FedCGEvaluateCounts, FedCGTrainReply, TrainReply,
+    ADJACENCY, CONFIG, FEDCG_METRICS, GRAPH, METRICS, MODEL, PERSONAL, QUERY_FEDCG_BALANCE, STUDENT,
+    TEACHER, TEACHER_LABELLING, EVALUATE_FEDCG, TRAIN_FEDCG, TRAIN_LOCAL, EvaluateReply,
+    FedCGBalanceReply, FedCGBalanceRequest, FedCGEvaluateCounts, FedCGTrainReply, TrainReply,
 )
 from strategies.params import ParameterLayout
 from strategies.personalized import weighted_mean
@@ -108,32 +117,49 @@ def nmi_from_counts(table: np.ndarray) -> float | None:
     return float(normalized_mutual_info_score(np.repeat(rows, counts), np.repeat(cols, counts)))
 
 
+def domain_name(truth: Partition, client: int) -> str:
+    """The name of a client's (first) true domain: its rotation in degrees, or its style."""
+    if truth.domain_names is not None:
+        return truth.domain_names[int(truth.cluster_ids[client])]
+    return f"{float(truth.rotations[client]):g}"
+
+
+def seen_domains(truth: Partition) -> set[int]:
+    """Ids of the domains that some training image is in."""
+    if truth.train_domains is not None:
+        return {int(d) for domains in truth.train_domains for d in np.unique(domains)}
+    return {int(truth.cluster_ids[c]) for c in range(truth.num_clients) if len(truth.train_indices[c])}
+
+
 def accuracy_by_domain(correct: dict[int, float], examples: dict[int, float], truth: Partition,
                        test_clients: Iterable[int]) -> dict[str, Any]:
     """Accuracy (%) over the union of the listed clients' test images, per true domain (named by its
-    rotation), and over the seen (training) and unseen domains. Any global-model method's per-client
-    `correct` / `num-examples` fit (benchmarks use it for FedAvg too)."""
-    by_angle: dict[float, list[float]] = {}
-    train_angles = {float(truth.rotations[c]) for c in range(truth.num_clients)
-                    if len(truth.train_indices[c])}
+    rotation or style; a test client's first domain), and over the seen (training) and unseen
+    domains. Any global-model method's per-client `correct` / `num-examples` fit (benchmarks use it
+    for FedAvg too)."""
+    by_name: dict[str, list[float]] = {}
+    seen = seen_domains(truth)
     groups: dict[str, list[float]] = {"seen": [0.0, 0.0], "unseen": [0.0, 0.0]}
     for client in test_clients:
         if client not in examples:
             continue
-        angle = float(truth.rotations[client])
-        pair = by_angle.setdefault(angle, [0.0, 0.0])
+        pair = by_name.setdefault(domain_name(truth, client), [0.0, 0.0])
         pair[0] += correct[client]
         pair[1] += examples[client]
-        group = groups["seen" if angle in train_angles else "unseen"]
+        group = groups["seen" if int(truth.cluster_ids[client]) in seen else "unseen"]
         group[0] += correct[client]
         group[1] += examples[client]
-    out: dict[str, Any] = {
-        "by-rotation": {f"{angle:g}": 100.0 * c / n for angle, (c, n) in sorted(by_angle.items()) if n},
-    }
+    out: dict[str, Any] = {"by-domain": {name: 100.0 * c / n for name, (c, n) in by_name.items() if n}}
     for name, (c, n) in groups.items():
         if n:
             out[name] = 100.0 * c / n
     return out
+
+
+def largest_share(histogram: list[int] | None) -> float | None:
+    """The largest domain's share of the images of a histogram (None when empty)."""
+    total = sum(histogram or [])
+    return max(histogram) / total if total else None
 
 
 # --- the strategy --------------------------------------------------------------------------------------
@@ -158,9 +184,10 @@ class FedCG(Strategy):
         self.layer_names: tuple[str, ...] = ()
         self.adjacency = torch.eye(self.settings.domains)
         self.client_domain: dict[int, int] | None = None  # clustering=kmeans
-        self.centre: torch.Tensor | None = None  # teacher-centering: c of the current teacher
+        self.labelling: Labelling | None = None  # balance: how the current teacher's logits become d̂
         self.teacher_version = 0  # +1 at every φ ← ϕ
-        self.centre_version: int | None = None  # the teacher version c belongs to
+        self.labelling_version: int | None = None  # the teacher version the labelling belongs to
+        self.balance_report: dict[str, Any] = {}  # the last balancing: its marginals and histogram
         self.clients: ClientGrid | None = None
         self.adjacencies: list[np.ndarray] = [self.adjacency.numpy().copy()]  # A after round t
         self.rounds: dict[int, dict[str, Any]] = {}  # per-round report (train + evaluation)
@@ -178,8 +205,8 @@ class FedCG(Strategy):
             backbone = build_model(cfg.model, input_shape, num_classes)
             backbone.load_state_dict(arrays.to_torch_state_dict())
             model = FedCGModel(backbone, s.spec)  # V rows (layer init), W (Glorot), λ = lambda-init
-            teacher = DomainClassifier(input_shape[0], s.domains, s.domain_stride)
-            student = DomainClassifier(input_shape[0], s.domains, s.domain_stride)
+            teacher = DomainClassifier(input_shape, s.domains, s.domain_stride, s.classifier_pool)
+            student = DomainClassifier(input_shape, s.domains, s.domain_stride, s.classifier_pool)
         self.layer_names = model.layer_names
         self.model = ArrayRecord(model.state_dict())
         self.teacher = ArrayRecord(teacher.state_dict())
@@ -239,42 +266,78 @@ class FedCG(Strategy):
             points, sample_weight=np.asarray(weights, dtype=np.float64))
         self.client_domain.update({c: int(label) for c, label in zip(clients, labels)})
 
-    # --- teacher-centering: c = Σ_k n_k m_k / Σ_k n_k, m_k a client's mean teacher logit ------------
-    def update_centre(self, grid: ClientGrid) -> None:
-        """Ask every online train client for its mean teacher logit when the teacher has changed since
-        c was formed; c = their num-examples-weighted mean. Clients that fail or send a malformed
-        vector are skipped; with no usable reply c stays unset and is asked for again next time."""
-        if not self.settings.teacher_centering or self.centre_version == self.teacher_version:
-            return
+    # --- balanced pseudo-domains (§6.9) ----------------------------------------------------------
+    def _ask_teacher(self, grid: ClientGrid, statistic: str, labelling: Labelling | None = None
+                     ) -> list[FedCGBalanceReply]:
+        """One `query.fedcg_balance` exchange with every online train client; the well-formed
+        replies in client-id order (a reply with sums of the wrong length or not finite is logged
+        and skipped)."""
         d = self.settings.domains
+        records = {TEACHER: self.teacher, CONFIG: FedCGBalanceRequest(statistic=statistic).config()}
+        if labelling is not None:
+            records[TEACHER_LABELLING] = labelling.record()
+        content = RecordDict(records)
         online = set(grid.get_node_ids())
-        content = RecordDict({TEACHER: self.teacher})
-        messages = [Message(content, dst_node_id=c, message_type=QUERY_FEDCG_CENTRE)
+        messages = [Message(content, dst_node_id=c, message_type=QUERY_FEDCG_BALANCE)
                     for c in self.train_clients if c in online]
-        means, weights = [], []
-        for client, reply in grid.exchange(messages, self.cfg.round_timeout, QUERY_FEDCG_CENTRE):
-            answer = FedCGCentreReply.read(reply.content[METRICS])
-            mean = np.asarray(answer.logit_mean, dtype=np.float64)
-            if mean.shape != (d,) or not np.isfinite(mean).all():
-                log.warning("fedcg: client %d sent a mean teacher logit of shape %s (expected %d finite "
-                            "floats); skipped", client, mean.shape, d)
+        answers = []
+        for client, reply in grid.exchange(messages, self.cfg.round_timeout, QUERY_FEDCG_BALANCE):
+            answer = FedCGBalanceReply.read(reply.content[METRICS])
+            sums = [answer.logit_sum, answer.logit_square_sum] if statistic == "moments" else [answer.soft_sum]
+            if any(v is None or len(v) != d or not np.isfinite(v).all() for v in sums):
+                log.warning("fedcg: client %d sent malformed %s (expected %d finite floats each); "
+                            "skipped", client, statistic, d)
                 continue
-            means.append(mean)
-            weights.append(float(answer.num_examples))
-        if not means or sum(weights) <= 0:
-            log.warning("fedcg: no client sent its mean teacher logit; pseudo-domains stay uncentred "
-                        "until the next round asks again")
-            self.centre, self.centre_version = None, None
+            answers.append(answer)
+        return answers
+
+    def update_labelling(self, grid: ClientGrid) -> None:
+        """Form the labelling of the current teacher once (round 1 and after every φ ← ϕ): the
+        federated mean (and, for sinkhorn, sd) of its logits, then the Sinkhorn offsets. With no
+        usable reply the labelling stays unset (plain argmax) and is asked for again next time."""
+        s = self.settings
+        if not s.balanced or self.labelling_version == self.teacher_version:
             return
-        w = np.asarray(weights) / sum(weights)
-        self.centre = torch.from_numpy((w @ np.stack(means)).astype(np.float32))
-        self.centre_version = self.teacher_version
+        self.labelling = None
+        moments = [a for a in self._ask_teacher(grid, "moments") if a.num_examples > 0]
+        if not moments:
+            log.warning("fedcg: no client sent teacher logit sums; pseudo-domains stay unbalanced "
+                        "until the next round asks again")
+            return
+        mean, sd = standardisation([a.num_examples for a in moments], [a.logit_sum for a in moments],
+                                   [a.logit_square_sum for a in moments])
+        d = s.domains
+        if s.balance == "centering":
+            labelling = Labelling(mean, np.ones(d), np.zeros(d), 1.0)
+            report: dict[str, Any] = {}
+        else:
+            offset, report, previous = np.zeros(d), {}, 1.0
+            for temperature in temperatures(s.sinkhorn_iters, s.sinkhorn_temperature):
+                offset, previous = warm_offsets(offset, previous, float(temperature)), float(temperature)
+                labelling = Labelling(mean, sd, offset, float(temperature))
+                marginals = [a for a in self._ask_teacher(grid, "marginals", labelling) if a.num_examples]
+                if not marginals:
+                    log.warning("fedcg: no client sent soft marginals; Sinkhorn stopped early")
+                    break
+                counts = [a.num_examples for a in marginals]
+                soft = [a.soft_sum for a in marginals]
+                n = float(sum(counts))
+                report = {"soft-marginals": (np.sum(soft, axis=0) / n).round(6).tolist(),
+                          "hard-histogram": np.sum([a.hard_counts for a in marginals], axis=0).tolist()}
+                offset = scaled_offsets(offset, soft, counts)
+            labelling = Labelling(mean, sd, offset, labelling.temperature)
+        self.labelling, self.labelling_version = labelling, self.teacher_version
+        self.balance_report = {"teacher-version": self.teacher_version,
+                               "temperature": labelling.temperature,
+                               "offset": labelling.offset.round(6).tolist(), **report}
+        log.info("fedcg: %s labelling of teacher %d%s", s.balance, self.teacher_version,
+                 f", last step's hard histogram {report['hard-histogram']}" if report else "")
 
     def teacher_records(self) -> dict[str, ArrayRecord]:
-        """The teacher φ and, with centering, its centre c (both sent wherever the teacher goes)."""
+        """The teacher φ and, when balanced, its labelling (both sent wherever the teacher goes)."""
         records = {TEACHER: self.teacher}
-        if self.centre is not None and self.centre_version == self.teacher_version:
-            records[TEACHER_CENTRE] = ArrayRecord({CENTRE_C: Array(self.centre.numpy())})
+        if self.labelling is not None and self.labelling_version == self.teacher_version:
+            records[TEACHER_LABELLING] = self.labelling.record()
         return records
 
     # --- messages ---------------------------------------------------------------------------------
@@ -286,8 +349,7 @@ class FedCG(Strategy):
         config["server-round"] = server_round
         if s.clustering == "kmeans" and self.client_domain is None:
             self.cluster_clients(config, grid)
-        if s.clustering == "clf":
-            self.update_centre(grid)
+        self.update_labelling(grid)
         online = set(grid.get_node_ids())
         candidates = [c for c in self.train_clients if c in online]
         if not candidates:
@@ -296,6 +358,8 @@ class FedCG(Strategy):
         sampled = sorted(random.sample(candidates, min(size, len(candidates))))
         config["domain-lr"] = s.domain_lr
         config["num-domains"] = s.domains
+        if s.clustering == "oracle":
+            config["true-domains"] = True
         records = {MODEL: self.model, STUDENT: self.student, GRAPH: self.graph_record()}
         if s.clustering == "clf":
             records.update(self.teacher_records())
@@ -337,20 +401,25 @@ class FedCG(Strategy):
         self.adjacencies.append(self.adjacency.numpy().copy())
         share = (weights / weights.sum()).numpy()
         report = self.rounds.setdefault(server_round, {})
+        histogram = np.sum([m.domain_counts for m in metrics], axis=0).tolist()
         report.update({
             "adjacency": self.adjacency.numpy().round(6).tolist(),
             "lambda": self.lambdas(),
             "student-loss": float(np.dot(share, [m.student_loss for m in metrics])),
             "student-agreement": float(np.dot(share, [m.student_agreement for m in metrics])),
-            "domain-histogram": np.sum([m.domain_counts for m in metrics], axis=0).tolist(),
+            "domain-histogram": histogram,  # the hard pseudo-domains the round trained with
+            "largest-domain-share": largest_share(histogram),
             "student-histogram": np.sum([m.student_counts for m in metrics], axis=0).tolist(),
             "teacher-replaced": replaced,
         })
-        truth_table = self._truth_table(clients, [m.domain_counts for m in metrics])
+        if self.balance_report:
+            report["balance"] = self.balance_report
+        truth_table = self._truth_table(clients, [m.domain_counts for m in metrics],
+                                        [m.truth_counts for m in metrics])
         if truth_table is not None:
             report["pseudo-domain-nmi"] = nmi_from_counts(truth_table)
-            report["student-nmi-train"] = nmi_from_counts(
-                self._truth_table(clients, [m.student_counts for m in metrics]))
+            report["student-nmi-train"] = nmi_from_counts(self._truth_table(
+                clients, [m.student_counts for m in metrics], [m.student_truth_counts for m in metrics]))
         train_loss = float(np.dot(share, [m.train_loss for m in metrics]))
         return self.model, MetricRecord({"train-loss": train_loss})
 
@@ -360,8 +429,7 @@ class FedCG(Strategy):
         self._bind(arrays, grid)
         config["server-round"] = server_round
         config["soft"] = self.settings.soft
-        if self.settings.clustering == "clf":
-            self.update_centre(grid)
+        self.update_labelling(grid)
         records = {MODEL: self.model, STUDENT: self.student, GRAPH: self.graph_record(),
                    **self.teacher_records(), CONFIG: config}
         online = set(grid.get_node_ids())
@@ -372,7 +440,7 @@ class FedCG(Strategy):
         """Global accuracy over the test clients' images; accuracy per true domain; test-set NMI."""
         correct: dict[int, float] = {}
         examples: dict[int, float] = {}
-        student_counts, teacher_counts = {}, {}
+        student_counts, teacher_counts, truth_counts = {}, {}, {}
         by_assignment: dict[str, dict[int, float]] = {"soft": {}, "hard": {}}
         for reply in replies:
             if reply.has_error():
@@ -384,45 +452,56 @@ class FedCG(Strategy):
                 counts = FedCGEvaluateCounts.read(reply.content[FEDCG_METRICS])
                 student_counts[client] = counts.student_counts
                 teacher_counts[client] = counts.teacher_counts
+                truth_counts[client] = counts.truth_counts
                 by_assignment["soft"][client] = counts.soft_correct
                 by_assignment["hard"][client] = counts.hard_correct
         total = sum(examples.values())
         if not total:
             return None
         report = self.rounds.setdefault(server_round, {})
-        if self.centre is not None:
-            report["teacher-centre"] = [round(float(v), 6) for v in self.centre]
+        if self.labelling is not None:
+            report["teacher-labelling"] = {"mean": self.labelling.mean.round(6).tolist(),
+                                           "offset": self.labelling.offset.round(6).tolist(),
+                                           "temperature": self.labelling.temperature}
         report["test-student-histogram"] = np.sum(list(student_counts.values()), axis=0).tolist() \
             if student_counts else []
         for assignment, values in by_assignment.items():
             if len(values) == len(correct):
                 report[f"global-accuracy-{assignment}"] = 100.0 * sum(values.values()) / total
-        if self.truth is not None and self.truth.rotations is not None:
+        if self.truth is not None and self.truth.cluster_ids is not None:
             report["accuracy"] = accuracy_by_domain(correct, examples, self.truth, self.test_clients)
             for assignment, values in by_assignment.items():
                 if len(values) == len(correct):
                     report[f"accuracy-{assignment}"] = accuracy_by_domain(
                         values, examples, self.truth, self.test_clients)
             seen = self._seen_clients(student_counts)
-            report["student-nmi"] = nmi_from_counts(
-                self._truth_table(seen, [student_counts[c] for c in seen]))
+            report["student-nmi"] = nmi_from_counts(self._truth_table(
+                seen, [student_counts[c] for c in seen], [truth_counts[c] for c in seen]))
             report["teacher-nmi"] = nmi_from_counts(
                 self._truth_table(seen, [teacher_counts[c] for c in seen]))
         return MetricRecord({"accuracy": sum(correct.values()) / total})
 
     # --- reporting ------------------------------------------------------------------------------
     def _seen_clients(self, counts: dict[int, list[int]]) -> list[int]:
-        """Clients (with counts) whose true domain is one the train clients have."""
-        seen = {int(self.truth.cluster_ids[c]) for c in self.train_clients}
+        """Clients (with counts) whose (first) true domain is one the training images are in."""
+        seen = seen_domains(self.truth)
         return [c for c in sorted(counts) if int(self.truth.cluster_ids[c]) in seen]
 
-    def _truth_table(self, clients: list[int], counts: list[list[int]]) -> np.ndarray | None:
-        """Contingency table [true domains, D] of discovered-domain counts (None without truth)."""
+    def _truth_table(self, clients: list[int], counts: list[list[int]],
+                     per_image: list[list[int] | None] | None = None) -> np.ndarray | None:
+        """Contingency table [true domains, D] of discovered-domain counts (None without truth):
+        per image where every client split its counts by true domain (`per_image`, flattened
+        [G, D]), else each client's counts added to its (first) true domain."""
         if self.truth is None or self.truth.cluster_ids is None or not counts:
             return None
         if len(clients) != len(counts):
             return None
-        table = np.zeros((int(self.truth.cluster_ids.max()) + 1, self.settings.domains), dtype=np.int64)
+        d = self.settings.domains
+        groups = len(self.truth.domain_names) if self.truth.domain_names is not None else \
+            int(self.truth.cluster_ids.max()) + 1
+        if per_image and all(t is not None and len(t) == groups * d for t in per_image):
+            return np.sum([np.asarray(t, dtype=np.int64).reshape(groups, d) for t in per_image], axis=0)
+        table = np.zeros((groups, d), dtype=np.int64)
         for client, row in zip(clients, counts):
             table[int(self.truth.cluster_ids[client])] += np.asarray(row, dtype=np.int64)
         return table
@@ -454,15 +533,23 @@ class FedCG(Strategy):
             "student-agreement": [self.rounds[r].get("student-agreement") for r in sorted(self.rounds)
                                   if r > 0],
             "domain-histogram": final.get("domain-histogram"),
+            "largest-domain-share": final.get("largest-domain-share"),
             "test-student-histogram": final.get("test-student-histogram"),
+            "test-largest-domain-share": largest_share(final.get("test-student-histogram")),
+            "balance": self.balance_report,
             "settings": {"domains": s.domains, "teacher-period": s.teacher_period,
                          "adjacency": s.adjacency, "soft": s.soft, "clustering": s.clustering,
-                         "teacher-centering": s.teacher_centering},
+                         "balance": s.balance, "sinkhorn-iters": s.sinkhorn_iters,
+                         "sinkhorn-temperature": s.sinkhorn_temperature,
+                         "classifier-pool": s.classifier_pool, "teacher-centering": s.teacher_centering},
         }
         if "student-nmi" in final:
+            trained = [self.rounds[r] for r in sorted(self.rounds) if "pseudo-domain-nmi" in self.rounds[r]]
             out["nmi"] = {"student-final": final.get("student-nmi"),
                           "teacher-round-0": start.get("teacher-nmi"),
-                          "student-round-0": start.get("student-nmi")}
+                          "student-round-0": start.get("student-nmi"),
+                          "pseudo-domain-final": trained[-1]["pseudo-domain-nmi"] if trained else None,
+                          "student-train-final": trained[-1].get("student-nmi-train") if trained else None}
         for key in ("accuracy", "accuracy-soft", "accuracy-hard", "global-accuracy-soft",
                     "global-accuracy-hard"):
             if key in final:

@@ -34,8 +34,8 @@ TEACHER = "teacher"  # FedCG: the frozen teacher domain classifier φ, sent down
 GRAPH = "graph"  # FedCG: the domain graph, sent down with the model
 ADJACENCY = "adjacency"  # the one array of GRAPH: float32 [D, D], rows sum to 1
 FEDCG_METRICS = "fedcg-metrics"  # FedCG: an evaluation reply's domain counts (MetricRecord)
-TEACHER_CENTRE = "teacher_centre"  # FedCG teacher-centering: the centre c, sent down with the teacher
-CENTRE_C = "c"  # the one array of TEACHER_CENTRE: float32 [D], the federated mean teacher logit
+TEACHER_LABELLING = "teacher_labelling"  # FedCG: how the teacher's logits become pseudo-domains
+# (float64 `mean`, `scale`, `offset` [D] and `temperature` [1]; strategies.domain_balance.Labelling)
 # ConfigRecord / MetricRecord names.
 CONFIG = "config"
 FUSED = "fused-evaluate"  # a train message that carries an evaluation too (FusedEvaluation)
@@ -59,7 +59,7 @@ QUERY_SKA_EMBED = "query.ska_embed"  # FedSKA: per-slot features of `global`'s f
 QUERY_SKA_GRAD = "query.ska_grad"  # FedSKA: head loss gradient w.r.t. the received slot encodings
 TRAIN_FEDCG = "train.fedcg"  # FedCG: pseudo-domains by the teacher, train model and student
 EVALUATE_FEDCG = "evaluate.fedcg"  # FedCG: test with the student's (soft) domain weights
-QUERY_FEDCG_CENTRE = "query.fedcg_centre"  # FedCG teacher-centering: a client's mean teacher logit
+QUERY_FEDCG_BALANCE = "query.fedcg_balance"  # FedCG: per-domain sums of a client's teacher logits
 
 Contract = TypeVar("Contract", bound="_Record")
 
@@ -137,6 +137,7 @@ class TrainInstructions(_Record):
     domain_lr: float | None = Field(None, gt=0.0)  # FedCG: SGD learning rate of the student
     num_domains: int | None = Field(None, ge=1)  # FedCG D
     client_domain: int | None = Field(None, ge=0)  # FedCG, clustering=kmeans: the client's cluster
+    true_domains: bool | None = None  # FedCG, clustering=oracle: train with each image's true domain
 
 
 class TrainReply(_Record):
@@ -259,7 +260,9 @@ class SlotReply(_Record):
 class FedCGTrainReply(_Record):
     """Metrics of a `train.fedcg` reply: the main model's and the student's mean losses, the share of
     local samples where the received student agrees with the teacher, and per-domain sample counts
-    of the pseudo-domains used for training (`domain-counts`) and of the received student's argmax."""
+    of the pseudo-domains used for training (`domain-counts`) and of the received student's argmax.
+    `truth-counts` / `student-truth-counts` (flattened [G, D], where the client knows each image's
+    true domain g: reporting only) split those counts by true domain for a per-image NMI."""
 
     num_examples: int = Field(ge=0)
     train_loss: float
@@ -267,27 +270,40 @@ class FedCGTrainReply(_Record):
     student_agreement: float = Field(ge=0.0, le=1.0)
     domain_counts: list[int]
     student_counts: list[int]
+    truth_counts: list[int] | None = None
+    student_truth_counts: list[int] | None = None
     cuda: int | None = Field(None, ge=0, le=1)  # the device it trained on: 1 a CUDA GPU, 0 the CPU
 
 
-class FedCGCentreReply(_Record):
-    """Metrics of a `query.fedcg_centre` reply: the mean teacher logit vector over the client's
-    training images (D floats) and how many images it averages."""
+class FedCGBalanceRequest(_Record):
+    """`query.fedcg_balance`: which statistic of the teacher's logits on the training images the
+    server needs: `moments` (per-domain Σ z and Σ z²) or `marginals` (Σ softmax of the scores under
+    the `teacher_labelling` record sent along, and the hard counts of their argmax)."""
+
+    statistic: str = Field(pattern="^(moments|marginals)$")
+
+
+class FedCGBalanceReply(_Record):
+    """Metrics of a `query.fedcg_balance` reply: n_k and D floats per requested sum."""
 
     num_examples: int = Field(ge=0)
-    logit_mean: list[float]
+    logit_sum: list[float] | None = None
+    logit_square_sum: list[float] | None = None
+    soft_sum: list[float] | None = None
+    hard_counts: list[int] | None = None
 
 
 class FedCGEvaluateCounts(_Record):
     """`fedcg-metrics` of an `evaluate.fedcg` reply: per-domain counts of the test samples' student
     and teacher argmax (for the domain histogram and NMI against true domains), and the correct
     predictions under soft and under hard (argmax) domain weights (the reply's `correct` is the
-    configured one's)."""
+    configured one's). `truth-counts`: the student's counts split by true domain (flattened [G, D])."""
 
     student_counts: list[int]
     teacher_counts: list[int]
     soft_correct: float = Field(ge=0)
     hard_correct: float = Field(ge=0)
+    truth_counts: list[int] | None = None
 
 
 def cluster_model(index: int) -> str:

@@ -20,13 +20,16 @@ StrategyBuilder = Callable[["RunConfig"], "Strategy"]
 
 
 def _fedavg(cfg: RunConfig) -> Strategy:
-    from strategies.fedavg import build_fedavg
-    return build_fedavg(cfg.fraction_train, cfg.aggregation, cfg.trim_fraction)
+    from strategies.fedavg import build_fedavg, train_clients_only
+    return train_clients_only(build_fedavg(cfg.fraction_train, cfg.aggregation, cfg.trim_fraction),
+                              cfg.data_spec.partition)
 
 
 def _fedprox(cfg: RunConfig) -> Strategy:
-    from strategies.fedavg import build_fedprox
-    return build_fedprox(cfg.fraction_train, cfg.fedprox.mu, cfg.aggregation, cfg.trim_fraction)
+    from strategies.fedavg import build_fedprox, train_clients_only
+    return train_clients_only(
+        build_fedprox(cfg.fraction_train, cfg.fedprox.mu, cfg.aggregation, cfg.trim_fraction),
+        cfg.data_spec.partition)
 
 
 def _local(cfg: RunConfig) -> Strategy:

@@ -43,7 +43,7 @@ METHOD_SETTINGS = {
     "fedcg": {"model": "cnn", "partition": "domains", "max-samples-per-client": 40,
               "batch-size": 10, "domain-test-clients": 0.34, "domain-unseen-rotations": "45",
               "fedcg.teacher-period": 2, "fedcg.adj-warmup": 1, "fedcg.bottleneck": 8,
-              "fedcg.domain-stride": 2},
+              "fedcg.domain-stride": 2, "fedcg.sinkhorn-iters": 3},
     "fedska": {"partition": "shards"},
 }
 # Executors ask for work every 0.1 s instead of 1 s (a Flower setting; see benchmarks/deploy_speed.py).

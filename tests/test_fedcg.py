@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from flwr.app import ArrayRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 from torch.nn import functional as F
 
 from client_app.fedcg import domain_probabilities
@@ -20,7 +20,9 @@ from server_app.simulate import default_run_config, simulate
 from strategies.fedcg import (
     FedCG, inverse_distance_adjacency, nmi_from_counts, random_adjacency, uniform_adjacency,
 )
+from strategies.fedavg import TrainClientsOnly
 from strategies.messages import METRICS, MODEL, STUDENT, FedCGTrainReply
+from strategies.registry import build_strategy
 
 D = 4
 
@@ -166,7 +168,7 @@ def test_precomputed_branches_give_the_training_path_logits_on_every_backbone(na
 
 def test_soft_domain_weights_sum_to_one_and_classifier_shape():
     torch.manual_seed(0)
-    g = DomainClassifier(1, D)
+    g = DomainClassifier((1, 28, 28), D)
     assert [type(m).__name__ for m in g] == ["Conv2d", "ReLU", "Conv2d", "ReLU", "AdaptiveAvgPool2d",
                                              "Flatten", "Linear"]
     assert (g[0].out_channels, g[2].out_channels, g[-1].out_features) == (32, 64, D)
@@ -174,6 +176,17 @@ def test_soft_domain_weights_sum_to_one_and_classifier_shape():
     assert tuple(w.shape) == (300, D)
     np.testing.assert_allclose(w.sum(dim=1).numpy(), np.ones(300), atol=1e-6)
     assert (w >= 0).all()
+
+
+@pytest.mark.parametrize("pool, stride, features", [("global", 1, 64), ("avg2", 1, 256), ("avg2", 2, 256),
+                                                    ("flatten", 1, 64 * 28 * 28), ("flatten", 2, 64 * 7 * 7)])
+def test_classifier_pooling_sets_the_linear_layer_input(pool, stride, features):
+    g = DomainClassifier((1, 28, 28), D, stride, pool)
+    assert g[-1].in_features == features
+    assert tuple(g(torch.randn(3, 1, 28, 28)).shape) == (3, D)
+    assert ("AdaptiveAvgPool2d" in [type(m).__name__ for m in g]) == (pool != "flatten")
+    with pytest.raises(ValueError, match="fedcg.classifier-pool"):
+        DomainClassifier((1, 28, 28), D, 1, "max")
 
 
 # --- server: FedAvg, teacher every T rounds, adjacency after the warm-up ---------------------------
@@ -224,6 +237,27 @@ def test_nmi_from_counts():
     assert nmi_from_counts(np.diag([5, 7, 3])) == pytest.approx(1.0)
     assert nmi_from_counts(np.full((3, 3), 4)) == pytest.approx(0.0, abs=1e-12)
     assert nmi_from_counts(np.zeros((2, 2))) is None
+
+
+def test_nmi_is_per_image_on_clients_that_hold_two_domains():
+    """Two clients, each half domain 0 and half domain 1, and a discovery that finds exactly the
+    domains: per image NMI = 1; adding each client's counts to its first domain would say 0."""
+    labels = np.arange(400) % 10
+    spec = PartitionSpec("domains", 2, family="styles", styles=("plain", "inverted"), domains_per_client=2,
+                         test_fraction=0.0)
+    truth = make_partition(labels, spec)
+    cfg = RunConfig.from_flower({**default_run_config(), "method": "fedcg", "fedcg.domains": 2})
+    strategy = FedCG(cfg, truth)
+    per_image = []
+    for c in range(2):  # discovered domain = true domain (labels 1 ↔ 0 swapped: NMI ignores names)
+        true = truth.train_domains[c]
+        joint = np.zeros((2, 2), dtype=np.int64)
+        np.add.at(joint, (true, 1 - true), 1)
+        per_image.append(joint.reshape(-1).tolist())
+    counts = [np.asarray(t).reshape(2, 2).sum(axis=0).tolist() for t in per_image]
+    assert counts == [[100, 100], [100, 100]]
+    assert nmi_from_counts(strategy._truth_table([0, 1], counts, per_image)) == pytest.approx(1.0)
+    assert nmi_from_counts(strategy._truth_table([0, 1], counts)) == pytest.approx(0.0, abs=1e-12)
 
 
 # --- data: whole held-out test clients with an unseen domain ----------------------------------------
@@ -287,7 +321,7 @@ def test_fedcg_federation_trains_train_clients_and_tests_held_out_clients(tiny_r
     assert sum(block[0]["domain-histogram"]) == 5 * 40  # every train image of the round
     fedcg = summary["fedcg"]
     assert all(abs(v) > 0 for v in fedcg["lambda"].values())
-    assert set(fedcg["accuracy"]["by-rotation"]) == {"0", "90", "180", "270", "45"}
+    assert set(fedcg["accuracy"]["by-domain"]) == {"0", "90", "180", "270", "45"}
     assert "unseen" in fedcg["accuracy"] and "seen" in fedcg["accuracy"]
     assert 0.0 <= fedcg["nmi"]["student-final"] <= 1.0 and fedcg["nmi"]["teacher-round-0"] is not None
     assert summary["final"]["global-accuracy"] == pytest.approx(summary["final"]["personalized"]["weighted-mean"])
@@ -305,3 +339,65 @@ def test_fedcg_kmeans_clustering_assigns_one_domain_per_train_client(tiny_run):
     assert sorted(int(c) for c in domains) == list(range(5))
     assert set(domains.values()) <= set(range(4)) and len(set(domains.values())) > 1
     assert summary["final"]["global-accuracy"] == pytest.approx(summary["fedcg"]["global-accuracy-hard"])
+
+
+def test_style_domains_two_per_client_report_per_image_nmi_and_balanced_histograms(tiny_run, tmp_path):
+    """Style domains, two per train client, sinkhorn balancing (the default): every round's hard
+    pseudo-domain histogram is balanced, the per-image tables cover every train image."""
+    summary = _fedcg_run(tiny_run, **{"num-rounds": 3, "domain-family": "styles", "domains-per-client": 2,
+                                      "domain-unseen-rotations": "", "domain-unseen-styles": "blurred",
+                                      "fedcg.sinkhorn-iters": 20})
+    rounds = [json.loads(line) for line in (tmp_path / "run" / "rounds.jsonl").read_text().splitlines()]
+    for r in rounds[1:]:
+        block = r["fedcg"]
+        assert sum(block["domain-histogram"]) == 5 * 40
+        assert block["largest-domain-share"] <= 0.4, block["domain-histogram"]
+        assert 0.0 <= block["pseudo-domain-nmi"] <= 1.0 and block["balance"]["temperature"] == 100.0
+    fedcg = summary["fedcg"]
+    assert set(fedcg["accuracy"]["by-domain"]) == {"plain", "inverted", "noisy", "thick", "blurred"}
+    assert fedcg["accuracy"]["unseen"] == fedcg["accuracy"]["by-domain"]["blurred"]
+    assert fedcg["settings"]["balance"] == "sinkhorn" and fedcg["nmi"]["pseudo-domain-final"] is not None
+    assert 0.25 <= fedcg["largest-domain-share"] <= 0.4
+
+
+@pytest.mark.parametrize("extra", [{"fedcg.domains": 1}, {"fedcg.clustering": "oracle"}])
+def test_controls_one_domain_and_the_true_domains(tiny_run, tmp_path, extra):
+    summary = _fedcg_run(tiny_run, **{"num-rounds": 1, "fedcg.adjacency": "uniform", **extra})
+    rounds = [json.loads(line) for line in (tmp_path / "run" / "rounds.jsonl").read_text().splitlines()]
+    block = rounds[1]["fedcg"]
+    if extra.get("fedcg.domains") == 1:
+        assert block["domain-histogram"] == [5 * 40] and np.allclose(block["adjacency"], [[1.0]])
+    else:  # oracle: train client c holds rotation c mod 4, so the pseudo-domains are exactly the truth
+        assert block["domain-histogram"] == [80, 40, 40, 40] and block["pseudo-domain-nmi"] == pytest.approx(1.0)
+    assert 0.0 <= summary["final"]["global-accuracy"] <= 100.0
+
+
+def test_resume_right_after_a_teacher_replacement_is_bit_identical(tiny_run, tmp_path):
+    """T = 2: round 2 replaces the teacher, the run stops there; the resumed run forms the new
+    teacher's Sinkhorn labelling at round 3 exactly as the uninterrupted one does."""
+    short = {"num-rounds": 3, "fedcg.sinkhorn-iters": 5}
+    full = _fedcg_run({**tiny_run, "output-dir": str(tmp_path / "full")}, **short)
+    _fedcg_run({**tiny_run, "output-dir": str(tmp_path / "cut")}, **{**short, "num-rounds": 2})
+    resumed = _fedcg_run({**tiny_run, "output-dir": str(tmp_path / "cut")}, **short, resume=True)
+    assert resumed["final"] == full["final"]
+    assert resumed["fedcg"]["balance"] == full["fedcg"]["balance"]
+    assert resumed["fedcg"]["balance"]["teacher-version"] == 1
+    assert resumed["fedcg"]["lambda"] == full["fedcg"]["lambda"]
+
+
+def test_fedavg_samples_only_the_train_clients_when_test_clients_are_held_out(tiny_run, tmp_path):
+    simulate({**tiny_run, "method": "fedavg", "partition": "domains", "num-clients": 10, "num-rounds": 2,
+              "max-samples-per-client": 20, "domain-test-clients": 0.5, "fraction-train": 0.6,
+              "client-threads": 1}, num_nodes=2)
+    rounds = [json.loads(line) for line in (tmp_path / "run" / "rounds.jsonl").read_text().splitlines()]
+    assert all(r["clients-trained"] == 3 for r in rounds[1:])  # ⌊0.6 · 5 train clients⌋
+    cfg = RunConfig.from_flower({**default_run_config(), "method": "fedavg", "partition": "domains",
+                                 "num-clients": 10, "domain-test-clients": 0.5, "fraction-train": 0.6})
+    strategy = build_strategy(cfg)
+    grid = SimpleNamespace(get_node_ids=lambda: list(range(10)))
+    arrays = ArrayRecord(build_model("mclr", (1, 28, 28), 10).state_dict())
+    for _ in range(20):
+        sampled = [m.metadata.dst_node_id for m in strategy.configure_train(1, arrays, ConfigRecord(), grid)]
+        assert len(sampled) == 3 and set(sampled) <= set(range(5))  # clients 5..9 are held out
+    plain = build_strategy(RunConfig.from_flower({**default_run_config(), "method": "fedavg"}))
+    assert not isinstance(plain, TrainClientsOnly)  # no held-out clients: Flower's FedAvg as it is

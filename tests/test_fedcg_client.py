@@ -1,6 +1,6 @@
-"""FedCG client cost and teacher centering: the grouped one-hot path has the literal eq. 4's logits and
-gradients, cached teacher logits give the same replies as fresh ones, and the teacher centre c is the
-federated mean teacher logit (fedcg.teacher-centering)."""
+"""FedCG client cost and balanced pseudo-domains: the grouped one-hot path has the literal eq. 4's
+logits and gradients, cached teacher logits give the same replies as fresh ones, and the federated
+standardisation + Sinkhorn offsets equal a central Sinkhorn on the union of the clients' logits."""
 
 import json
 from types import SimpleNamespace
@@ -19,10 +19,11 @@ from models import build_model
 from models.fedcg import DomainClassifier, FedCGModel, FedCGSpec
 from server_app.config import ConfigError, RunConfig
 from server_app.simulate import default_run_config, simulate
+from strategies.domain_balance import Labelling, logit_moments, soft_marginals
 from strategies.fedcg import FedCG, inverse_distance_adjacency
 from strategies.messages import (
-    CENTRE_C, METRICS, MODEL, QUERY_FEDCG_CENTRE, STUDENT, TEACHER, TEACHER_CENTRE, FedCGCentreReply,
-    FedCGTrainReply, with_client,
+    CONFIG, METRICS, MODEL, QUERY_FEDCG_BALANCE, STUDENT, TEACHER, TEACHER_LABELLING, FedCGBalanceReply,
+    FedCGBalanceRequest, FedCGTrainReply, with_client,
 )
 from tests.test_fedcg import _literal_layer
 
@@ -108,7 +109,7 @@ def test_cached_teacher_logits_give_the_same_reply_and_a_new_teacher_replaces_th
     logits = teacher_logits(rt, warm, record, x, "train")  # the cached entry: the teacher's logits
     np.testing.assert_allclose(logits.numpy(), domain_logits(_classifier(record), x).numpy(), atol=1e-6)
     torch.manual_seed(5)
-    other = ArrayRecord(DomainClassifier(1, D, 2).state_dict())  # a new teacher replaces the entry
+    other = ArrayRecord(DomainClassifier((1, 28, 28), D, 2).state_dict())  # a new teacher replaces the entry
     fresh = teacher_logits(rt, warm, other, x, "train")
     np.testing.assert_allclose(fresh.numpy(), domain_logits(_classifier(other), x).numpy(), atol=1e-6)
     assert not np.allclose(fresh.numpy(), logits.numpy())
@@ -116,83 +117,155 @@ def test_cached_teacher_logits_give_the_same_reply_and_a_new_teacher_replaces_th
 
 
 def _classifier(record: ArrayRecord) -> DomainClassifier:
-    g = DomainClassifier(1, D, 2)
+    g = DomainClassifier((1, 28, 28), D, 2)
     g.load_state_dict(record.to_torch_state_dict())
     return g
 
 
-# --- teacher centering ---------------------------------------------------------------------------
-def test_pseudo_domains_subtract_the_centre_before_the_argmax():
-    logits = torch.tensor([[5.0, 1.0, 0.0], [5.0, 3.0, 0.0], [4.0, 1.0, 2.5]])
-    assert pseudo_domains(logits, None).tolist() == [0, 0, 0]  # the collapse the option prevents
-    assert pseudo_domains(logits, torch.tensor([4.5, 1.5, 1.0])).tolist() == [0, 1, 2]
+# --- balanced pseudo-domains (§6.9) -----------------------------------------------------------------
+def test_pseudo_domains_without_a_labelling_are_the_plain_argmax_bit_for_bit():
+    """balance=none: no labelling travels, and d̂ is today's argmax of the teacher's logits."""
+    logits = torch.randn(50, D, generator=torch.Generator().manual_seed(1)) + torch.tensor([3.0, 0, 0, 0])
+    assert torch.equal(pseudo_domains(logits, None), logits.argmax(dim=1))
+    centred = Labelling(np.array([4.5, 1.5, 1.0, 0.0]), np.ones(D), np.zeros(D), 1.0)
+    rows = torch.tensor([[5.0, 1.0, 0.0, -9.0], [5.0, 3.0, 0.0, -9.0], [4.0, 1.0, 2.5, -9.0]])
+    assert pseudo_domains(rows, None).tolist() == [0, 0, 0]  # the collapse balancing prevents
+    assert pseudo_domains(rows, centred).tolist() == [0, 1, 2]  # centering: argmax(z − c)
 
 
-def test_centre_query_reply_is_the_mean_teacher_logit_of_the_training_images():
-    _, messages, context = _messages()
-    message = messages["fedcg"]
-    request = Message(with_client(RecordDict({TEACHER: message.content[TEACHER]}), 0), dst_node_id=1,
-                      message_type=QUERY_FEDCG_CENTRE)
-    request.metadata.__dict__["_message_id"] = "centre-query"
-    reply = client_app(request, _fresh(context))
-    assert not reply.has_error(), reply.error
-    answer = FedCGCentreReply.read(reply.content[METRICS])
-    rt = client_runtime(message, context)
-    x, _ = rt.tensors("train")
-    assert answer.num_examples == len(x)
-    expected = domain_logits(_classifier(message.content[TEACHER]), x).mean(dim=0)
-    np.testing.assert_allclose(answer.logit_mean, expected.numpy(), atol=1e-5)
+class _FakeClients:
+    """`grid.exchange` of train clients answering `query.fedcg_balance` from fixed teacher logits,
+    with the client half's own functions."""
+
+    def __init__(self, logits: list[torch.Tensor]):
+        self.logits, self.asked = logits, []
+
+    def get_node_ids(self):
+        return list(range(len(self.logits)))
+
+    def exchange(self, messages, timeout, phase):
+        replies = []
+        for m in messages:
+            z = self.logits[m.metadata.dst_node_id]
+            request = FedCGBalanceRequest.read(m.content[CONFIG])
+            self.asked.append(request.statistic)
+            if request.statistic == "moments":
+                n, sums, squares = logit_moments(z)
+                answer = FedCGBalanceReply(num_examples=n, logit_sum=sums, logit_square_sum=squares)
+            else:
+                n, soft, hard = soft_marginals(z, Labelling.from_record(m.content[TEACHER_LABELLING], D))
+                answer = FedCGBalanceReply(num_examples=n, soft_sum=soft, hard_counts=hard)
+            replies.append((m.metadata.dst_node_id,
+                            SimpleNamespace(content=RecordDict({METRICS: answer.metrics()}))))
+        return replies
 
 
-def _centre_reply(n: int, mean):
-    return SimpleNamespace(content=RecordDict({METRICS: FedCGCentreReply(
-        num_examples=n, logit_mean=list(mean)).metrics()}))
-
-
-def test_server_centre_is_the_weighted_mean_formed_once_per_teacher():
+def _balanced_strategy(logits: list[torch.Tensor], **settings) -> tuple[FedCG, _FakeClients]:
     cfg = RunConfig.from_flower({**default_run_config(), "method": "fedcg", "dataset": "digits",
-                                 "fedcg.bottleneck": 4, "fedcg.teacher-centering": True})
+                                 "num-clients": len(logits), "fedcg.bottleneck": 4,
+                                 **{f"fedcg.{k}": v for k, v in settings.items()}})
     strategy = FedCG(cfg)
-    asked = []
-
-    def exchange(messages, timeout, phase):
-        asked.append(sorted(m.metadata.dst_node_id for m in messages))
-        assert all(TEACHER in m.content for m in messages)
-        return [(0, _centre_reply(10, [1.0, 2.0, 3.0, 4.0])), (1, _centre_reply(30, [5.0, 6.0, 7.0, 8.0])),
-                (2, _centre_reply(50, [1.0, float("nan"), 0.0, 0.0])),  # malformed: skipped
-                (3, _centre_reply(50, [1.0, 2.0]))]
-
-    grid = SimpleNamespace(get_node_ids=lambda: list(range(cfg.num_clients)), exchange=exchange)
+    grid = _FakeClients(logits)
     torch.manual_seed(0)
     strategy._bind(ArrayRecord(build_model("cnn", (1, 28, 28), 10).state_dict()), grid)
-    strategy.update_centre(grid)
-    np.testing.assert_allclose(strategy.centre.numpy(), [4.0, 5.0, 6.0, 7.0], atol=1e-6)
-    records = strategy.teacher_records()
-    np.testing.assert_allclose(records[TEACHER_CENTRE][CENTRE_C].numpy(), [4.0, 5.0, 6.0, 7.0])
-    strategy.update_centre(grid)  # same teacher: no new query
-    assert len(asked) == 1 and asked[0] == list(range(cfg.num_clients))
+    strategy.update_labelling(grid)
+    return strategy, grid
+
+
+def _central_sinkhorn(z: np.ndarray, iters: int, final: float) -> tuple[np.ndarray, np.ndarray]:
+    """Sinkhorn–Knopp column scaling on the union of the logits, written out here (float64): the
+    standardised scores, and the offsets after `iters` steps with λ geometric from 1 to `final` and
+    b carried along (b ← b·λ_i/λ_{i−1}) before each step."""
+    zhat = (z - z.mean(axis=0)) / z.std(axis=0)
+    b, previous = np.zeros(z.shape[1]), 1.0
+    for lam in np.geomspace(1.0, final, iters):
+        b = b * lam / previous
+        previous = lam
+        s = lam * zhat + b
+        p = np.exp(s - s.max(axis=1, keepdims=True))
+        p /= p.sum(axis=1, keepdims=True)
+        b = b - np.log(z.shape[1] * p.mean(axis=0))
+    return zhat, b
+
+
+def test_federated_offsets_equal_a_central_sinkhorn_on_the_union_of_the_logits():
+    g = torch.Generator().manual_seed(2)
+    logits = [torch.randn(n, D, generator=g) * torch.tensor([1.0, 2.0, 0.5, 1.5]) + torch.tensor([4.0, 0, 1, -1])
+              for n in (30, 55, 12, 41)]
+    strategy, grid = _balanced_strategy(logits, **{"sinkhorn-iters": 12, "sinkhorn-temperature": 20.0})
+    assert grid.asked.count("moments") == 4 and grid.asked.count("marginals") == 4 * 12
+    union = torch.cat(logits).double().numpy()
+    zhat, b = _central_sinkhorn(union, 12, 20.0)
+    labelling = strategy.labelling
+    np.testing.assert_allclose(labelling.mean, union.mean(axis=0), atol=1e-9)
+    np.testing.assert_allclose(labelling.scale, union.std(axis=0), atol=1e-9)
+    np.testing.assert_allclose(labelling.offset, b, atol=1e-5)
+    assert labelling.temperature == 20.0
+    scores = labelling.scores(torch.from_numpy(union)).numpy()
+    np.testing.assert_allclose(scores, 20.0 * zhat + b, atol=1e-5)
+    records = strategy.teacher_records()  # the labelling travels with the teacher
+    assert Labelling.from_record(records[TEACHER_LABELLING], D).offset.tolist() == labelling.offset.tolist()
+
+
+def test_a_teacher_with_every_image_in_one_domain_still_gives_balanced_hard_labels():
+    g = torch.Generator().manual_seed(4)
+    logits = [torch.randn(n, D, generator=g) * 0.3 + torch.tensor([6.0, 0.0, 0.0, 0.0]) for n in (80, 120, 60)]
+    assert all(bool((z.argmax(dim=1) == 0).all()) for z in logits)  # collapsed without balancing
+    strategy, _ = _balanced_strategy(logits)  # shipped defaults: 30 steps to λ = 100
+    hist = np.bincount(strategy.labelling.pseudo_domains(torch.cat(logits)).numpy(), minlength=D)
+    assert hist.max() / hist.sum() <= 1 / D + 0.05, hist
+    assert strategy.balance_report["hard-histogram"] is not None
+    centred, grid = _balanced_strategy(logits, balance="centering")
+    assert grid.asked == ["moments"] * 3 and centred.labelling.temperature == 1.0
+    plain, grid = _balanced_strategy(logits, balance="none")
+    assert grid.asked == [] and plain.labelling is None and TEACHER_LABELLING not in plain.teacher_records()
+
+
+def test_labelling_is_formed_once_per_teacher():
+    logits = [torch.randn(20, D, generator=torch.Generator().manual_seed(c)) for c in range(3)]
+    strategy, grid = _balanced_strategy(logits, **{"sinkhorn-iters": 3})
+    asked = len(grid.asked)
+    strategy.update_labelling(grid)  # same teacher: no new query
+    assert len(grid.asked) == asked
     strategy.teacher, strategy.teacher_version = strategy.student, 1  # φ ← ϕ (as aggregate_train)
-    assert TEACHER_CENTRE not in strategy.teacher_records()
-    strategy.update_centre(grid)
-    assert len(asked) == 2 and TEACHER_CENTRE in strategy.teacher_records()
+    assert TEACHER_LABELLING not in strategy.teacher_records()
+    strategy.update_labelling(grid)
+    assert len(grid.asked) == 2 * asked and TEACHER_LABELLING in strategy.teacher_records()
 
 
-def test_config_rejects_centering_without_the_teacher():
+def test_balance_query_reply_sums_the_teacher_logits_of_the_training_images():
+    _, messages, context = _messages()
+    message = messages["fedcg"]
+    rt = client_runtime(message, context)
+    x, _ = rt.tensors("train")
+    z = domain_logits(_classifier(message.content[TEACHER]), x).double()
+    labelling = Labelling(np.zeros(D), np.ones(D), np.array([0.5, 0.0, -0.5, 0.0]), 3.0)
+    for statistic in ("moments", "marginals"):
+        content = {TEACHER: message.content[TEACHER], TEACHER_LABELLING: labelling.record(),
+                   CONFIG: FedCGBalanceRequest(statistic=statistic).config()}
+        request = Message(with_client(RecordDict(content), 0), dst_node_id=1, message_type=QUERY_FEDCG_BALANCE)
+        request.metadata.__dict__["_message_id"] = f"balance-{statistic}"
+        reply = client_app(request, _fresh(context))
+        assert not reply.has_error(), reply.error
+        answer = FedCGBalanceReply.read(reply.content[METRICS])
+        assert answer.num_examples == len(x)
+        if statistic == "moments":
+            np.testing.assert_allclose(answer.logit_sum, z.sum(dim=0).numpy(), rtol=1e-5)
+            np.testing.assert_allclose(answer.logit_square_sum, (z * z).sum(dim=0).numpy(), rtol=1e-5)
+        else:
+            p = torch.softmax(3.0 * z + torch.tensor([0.5, 0.0, -0.5, 0.0], dtype=torch.float64), dim=1)
+            np.testing.assert_allclose(answer.soft_sum, p.sum(dim=0).numpy(), rtol=1e-5)
+            assert sum(answer.hard_counts) == len(x)
+
+
+def test_config_balance_modes_and_the_centering_alias():
+    base = {**default_run_config(), "method": "fedcg"}
+    assert RunConfig.from_flower(base).fedcg.balance == "sinkhorn"  # the shipped default
+    alias = RunConfig.from_flower({**base, "fedcg.teacher-centering": True})
+    assert alias.fedcg.balance == "centering" and alias.flat()["fedcg.balance"] == "centering"
     with pytest.raises(ConfigError, match="fedcg.teacher-centering"):
-        RunConfig.from_flower({**default_run_config(), "method": "fedcg",
-                               "fedcg.teacher-centering": True, "fedcg.clustering": "kmeans"})
-
-
-def test_centered_federation_sends_the_centre_and_reports_it(tiny_run, tmp_path):
-    summary = simulate({**tiny_run, "method": "fedcg", "model": "cnn", "partition": "domains",
-                        "num-clients": 8, "num-rounds": 3, "max-samples-per-client": 40,
-                        "batch-size": 10, "domain-test-clients": 0.5, "fedcg.teacher-period": 2,
-                        "fedcg.adj-warmup": 2, "fedcg.bottleneck": 8, "fedcg.domain-stride": 2,
-                        "fedcg.teacher-centering": True, "client-threads": 1}, num_nodes=2)
-    rounds = [json.loads(line) for line in (tmp_path / "run" / "rounds.jsonl").read_text().splitlines()]
-    centres = [r["fedcg"]["teacher-centre"] for r in rounds[1:]]  # c of each round's evaluation
-    assert all(len(c) == D for c in centres)
-    assert centres[0] != centres[1] == centres[2]  # φ ← ϕ after round 2: a new centre, then kept
-    assert all(sum(r["fedcg"]["domain-histogram"]) == 4 * 40 for r in rounds[1:])
-    assert summary["fedcg"]["settings"]["teacher-centering"] is True
-    assert summary["fedcg"]["nmi"]["teacher-round-0"] is not None
+        RunConfig.from_flower({**base, "fedcg.teacher-centering": True, "fedcg.clustering": "kmeans"})
+    with pytest.raises(ConfigError, match="fedcg.balance = 'none' is set"):
+        RunConfig.from_flower({**base, "fedcg.teacher-centering": True, "fedcg.balance": "none"})
+    with pytest.raises(ConfigError, match="fedcg.balance"):
+        RunConfig.from_flower({**base, "fedcg.balance": "kmeans"})

@@ -242,3 +242,62 @@ def test_spec_is_hashable_with_list_rotations() -> None:
     spec = PartitionSpec("domains", 4, rotations=[0, 90])  # type: ignore[arg-type]
     assert spec.rotations == (0.0, 90.0)
     assert hash(spec) == hash(PartitionSpec("domains", 4, rotations=(0.0, 90.0)))
+
+
+def test_domains_styles_k_domains_per_client_with_per_image_truth() -> None:
+    labels = _balanced_labels()
+    spec = PartitionSpec("domains", 10, family="styles", domains_per_client=2, test_clients=0.3,
+                         unseen_styles=("blurred",))
+    partition = make_partition(labels, spec)
+    assert partition.domain_names == ("plain", "inverted", "noisy", "thick", "blurred")
+    assert partition.rotations is None
+    for client in range(7):  # train client c: domains c and c+1 (mod 4), its images split evenly
+        domains = partition.train_domains[client]
+        assert len(domains) == len(partition.train_indices[client])
+        assert set(domains.tolist()) == {client % 4, (client + 1) % 4}
+        assert abs(int(np.sum(domains == client % 4)) - int(np.sum(domains != client % 4))) <= 1
+        assert partition.cluster_ids[client] == client % 4
+    for j, client in enumerate(range(7, 10)):  # test clients: one domain each, seen and unseen in turn
+        assert set(partition.test_domains[client].tolist()) == {j % 5}
+        assert len(partition.train_domains[client]) == 0
+    seen = np.concatenate(partition.train_domains)
+    assert 4 not in seen  # the unseen style only at test time
+    one = make_partition(labels, PartitionSpec("domains", 4, family="styles"))
+    for client in range(4):
+        assert set(np.concatenate([one.train_domains[client], one.test_domains[client]]).tolist()) == {client}
+    rotated = make_partition(labels, PartitionSpec("domains", 4, domains_per_client=3))
+    assert rotated.domain_names == ("0", "90", "180", "270")
+    assert set(rotated.train_domains[1].tolist()) == {1, 2, 3}
+
+
+@pytest.mark.parametrize(("changes", "parameter"), [
+    ({"family": "colours"}, "family"),
+    ({"domains_per_client": 5}, "domains_per_client"),
+    ({"domains_per_client": 0}, "domains_per_client"),
+    ({"unseen_styles": ("blurred",)}, "unseen_styles"),
+])
+def test_domain_validation_names_parameter(changes: dict, parameter: str) -> None:
+    spec = replace(PartitionSpec("domains", 4, family="styles"), **changes)
+    with pytest.raises(ValueError, match=re.escape(f"{parameter}=")):
+        make_partition(_balanced_labels(per_class=10), spec)
+    with pytest.raises(ValueError, match="unknown style 'sepia'"):
+        make_partition(_balanced_labels(per_class=10), PartitionSpec("domains", 4, family="styles",
+                                                                     styles=("plain", "sepia")))
+
+
+def test_style_transforms_keep_the_range_and_are_deterministic() -> None:
+    import torch
+
+    from datasets.domains import STYLES, apply_domains
+
+    images = torch.rand(6, 1, 28, 28)
+    domains = torch.tensor([0, 1, 2, 3, 4, 5])
+    names = tuple(STYLES)
+    out = apply_domains(images, domains, "styles", names, seed=3)
+    assert out.shape == images.shape and float(out.min()) >= 0.0 and float(out.max()) <= 1.0
+    torch.testing.assert_close(out[0], images[0])  # plain
+    torch.testing.assert_close(out[1], 1.0 - images[1])  # inverted
+    assert not torch.equal(out[2], images[2])  # noisy
+    assert bool((out[3] >= images[3]).all())  # thick: a max filter never darkens a stroke
+    torch.testing.assert_close(apply_domains(images, domains, "styles", names, seed=3), out)
+    assert not torch.equal(apply_domains(images, domains, "styles", names, seed=4)[2], out[2])
