@@ -204,7 +204,7 @@ def _perturbed(record: ArrayRecord, seed: int) -> ArrayRecord:
 
 
 def test_teacher_changes_exactly_at_multiples_of_t_and_adjacency_after_warmup():
-    cfg = RunConfig.from_flower({**default_run_config(), "method": "fedcg", "dataset": "digits",
+    cfg = RunConfig.from_flower({**default_run_config(), "method": "fedcg", "model": "cnn", "dataset": "digits",
                                  "fedcg.teacher-period": 3, "fedcg.adj-warmup": 2, "fedcg.bottleneck": 4})
     strategy = FedCG(cfg)
     torch.manual_seed(0)
@@ -246,7 +246,7 @@ def test_nmi_is_per_image_on_clients_that_hold_two_domains():
     spec = PartitionSpec("domains", 2, family="styles", styles=("plain", "inverted"), domains_per_client=2,
                          test_fraction=0.0)
     truth = make_partition(labels, spec)
-    cfg = RunConfig.from_flower({**default_run_config(), "method": "fedcg", "fedcg.domains": 2})
+    cfg = RunConfig.from_flower({**default_run_config(), "method": "fedcg", "model": "cnn", "fedcg.domains": 2})
     strategy = FedCG(cfg, truth)
     per_image = []
     for c in range(2):  # discovered domain = true domain (labels 1 ↔ 0 swapped: NMI ignores names)
@@ -288,7 +288,7 @@ def test_config_rejects_fedcg_without_conv_layers_and_bad_held_out_settings():
     with pytest.raises(ConfigError, match="method 'fedcg' needs a model with convolutional layers"):
         RunConfig.from_flower({**base, "method": "fedcg", "model": "mlp"})
     with pytest.raises(ConfigError, match="fedcg.gcn-layers=1"):
-        RunConfig.from_flower({**base, "method": "fedcg", "fedcg.gcn-layers": 1})
+        RunConfig.from_flower({**base, "method": "fedcg", "model": "cnn", "fedcg.gcn-layers": 1})
     with pytest.raises(ConfigError, match="partition 'domains' only"):
         RunConfig.from_flower({**base, "domain-test-clients": 0.2})
     with pytest.raises(ConfigError, match="set domain-test-clients > 0"):

@@ -71,7 +71,7 @@ def test_grouped_one_hot_path_has_the_literal_logits_and_gradients(spec):
 
 # --- teacher logits cached per teacher in context.state ------------------------------------------
 def _messages(**extra):
-    overrides = {"method": "fedcg", "dataset": "digits", "partition": "domains", "num-clients": 4,
+    overrides = {"method": "fedcg", "model": "cnn", "dataset": "digits", "partition": "domains", "num-clients": 4,
                  "max-samples-per-client": 40, "batch-size": 10, "fedcg.bottleneck": 8,
                  "fedcg.domain-stride": 2, "client-threads": 1, **extra}
     return variant_messages(overrides)
@@ -161,7 +161,7 @@ class _FakeClients:
 
 
 def _balanced_strategy(logits: list[torch.Tensor], **settings) -> tuple[FedCG, _FakeClients]:
-    cfg = RunConfig.from_flower({**default_run_config(), "method": "fedcg", "dataset": "digits",
+    cfg = RunConfig.from_flower({**default_run_config(), "method": "fedcg", "model": "cnn", "dataset": "digits",
                                  "num-clients": len(logits), "fedcg.bottleneck": 4,
                                  **{f"fedcg.{k}": v for k, v in settings.items()}})
     strategy = FedCG(cfg)
@@ -259,7 +259,7 @@ def test_balance_query_reply_sums_the_teacher_logits_of_the_training_images():
 
 
 def test_config_balance_modes_and_the_centering_alias():
-    base = {**default_run_config(), "method": "fedcg"}
+    base = {**default_run_config(), "method": "fedcg", "model": "cnn"}
     assert RunConfig.from_flower(base).fedcg.balance == "sinkhorn"  # the shipped default
     alias = RunConfig.from_flower({**base, "fedcg.teacher-centering": True})
     assert alias.fedcg.balance == "centering" and alias.flat()["fedcg.balance"] == "centering"

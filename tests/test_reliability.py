@@ -252,12 +252,12 @@ def test_valid_replies_pass_and_the_norm_bound_can_be_disabled(tmp_path):
     ({"resume": True}, "resume=true needs run-name"),
     ({"partition": "domains", "domain-rotations": "0"}, "partition 'domains' needs at least 2 "
                                                          "domains"),
-    ({"method": "fedcg", "fedcg.clustering": "oracle"}, "fedcg.clustering='oracle' trains with each "
+    ({"method": "fedcg", "model": "cnn", "fedcg.clustering": "oracle"}, "fedcg.clustering='oracle' trains with each "
                                                          "image's true domain: it needs partition"),
     ({"partition": "label-clusters", "num-clusters": 6, "labels-per-cluster": 2},
      "num-clusters × labels-per-cluster = 6 × 2 exceeds the 10 classes of 'mnist'"),
-    ({"partition": "label-clusters", "num-clusters": 5, "labels-per-cluster": 1,
-      "num-clients": 3}, "num-clusters = 5 exceeds num-clients = 3"),
+    ({"partition": "label-clusters", "num-clusters": 4, "labels-per-cluster": 1,
+      "num-clients": 3}, "num-clusters = 4 exceeds num-clients = 3"),
     ({"method": "sfl-star", "num-clients": 5, "sfl.gl-k": 7},
      "sfl.gl-k = 7 must be at most 4 with num-clients = 5"),
     ({"method": "fedska", "num-clients": 5, "fedska.k": 5},
