@@ -35,7 +35,7 @@ def test_wrong_cluster_counts_are_true_minus_two_and_plus_three():
 
 
 def test_a_tiny_grid_writes_tables_the_delta_matrix_and_byte_curves(tiny_run, tmp_path):
-    extra = {k: v for k, v in tiny_run.items() if k not in ("output-dir", "run-name")}
+    extra = {k: v for k, v in tiny_run.items() if k not in ("output-dir", "run-name", "method")}
     extra.update({"num-clients": 8, "num-rounds": 1, "max-samples-per-client": 60})
     results = run_suite([SETTINGS["label-clusters"]], [1.0], [0], ["fedavg", "local", "ifca"],
                         extra, tmp_path / "results", tmp_path / "runs", "test", fedcg=False)
