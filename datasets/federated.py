@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from datasets import traffic
-from datasets.domains import apply_domains, rotate  # noqa: F401  (rotate: re-exported)
+from datasets.domains import apply_domains
 from datasets.partition import Partition, PartitionSpec, make_partition
 from datasets.sources import SOURCE_INFO, SOURCE_NAMES, DataSource, dataset_task, load_source
 

@@ -2,7 +2,6 @@
 logits and gradients, cached teacher logits give the same replies as fresh ones, and the federated
 standardisation + Sinkhorn offsets equal a central Sinkhorn on the union of the clients' logits."""
 
-import json
 from types import SimpleNamespace
 
 import numpy as np
@@ -18,7 +17,7 @@ from client_app.runtime import client_runtime
 from models import build_model
 from models.fedcg import DomainClassifier, FedCGModel, FedCGSpec
 from server_app.config import ConfigError, RunConfig
-from server_app.simulate import default_run_config, simulate
+from server_app.simulate import default_run_config
 from strategies.domain_balance import Labelling, logit_moments, soft_marginals
 from strategies.fedcg import FedCG, inverse_distance_adjacency
 from strategies.messages import (

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from datasets.federated import DataSpec, dataset_info, load_client_data, load_partition, rotate
+from datasets.domains import rotate
+from datasets.federated import DataSpec, dataset_info, load_client_data, load_partition
 from datasets.partition import PartitionSpec
 from datasets.sources import SOURCE_NAMES, load_source
 
