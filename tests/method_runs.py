@@ -1,0 +1,90 @@
+"""Short, fixed-seed runs of every method, recorded value for value in `method_runs.json`.
+
+They pin down each method's numbers across refactoring: `tests/test_method_runs.py` re-runs every case
+and compares round by round. After a deliberate change of a method's behaviour or defaults, re-record
+with `python tests/method_runs.py [method ...]` and say in the commit why the numbers moved.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+GOLDEN = Path(__file__).with_name("method_runs.json")
+
+BASE: dict[str, Any] = {
+    "dataset": "digits", "model": "mclr", "partition": "label-clusters", "num-clusters": 2,
+    "labels-per-cluster": 5, "num-clients": 6, "num-rounds": 3, "local-epochs": 1, "batch-size": 32,
+    "lr": 0.05, "max-samples-per-client": 120, "finetune-epochs": 1, "fraction-train": 0.5,
+    "checkpoint-every": 0, "seed": 3,
+}
+
+# Per method: what a short run needs beyond BASE (small graph learners, a conv model for FedCG).
+CASES: dict[str, dict[str, Any]] = {
+    "fedavg": {},
+    "fedprox": {},
+    "local": {},
+    "ditto": {},
+    "ifca": {"ifca.clusters": 2},
+    "fedsem": {"fedsem.clusters": 2},
+    "flt": {"flt.ae-epochs": 1, "flt.latent-dim": 16, "flt.umap-neighbors": 4},
+    "fedper": {},
+    "lg-fedavg": {},
+    "sfl": {},
+    "sfl-star": {"sfl.gl-k": 2, "sfl.gl-steps": 5},
+    "fedcg": {"model": "cnn", "partition": "domains", "domain-family": "styles",
+              "domains-per-client": 2, "domain-test-clients": 0.34, "max-samples-per-client": 40,
+              "batch-size": 10, "fedcg.domains": 2, "fedcg.teacher-period": 2,
+              "fedcg.adj-warmup": 1, "fedcg.bottleneck": 8, "fedcg.sinkhorn-iters": 3},
+    "fedska": {"fedska.k": 2, "fedska.structure-steps": 2},
+    "fedu": {},
+}
+
+# What a round record keeps for the comparison: the results, not the time they took.
+TIMING = ("seconds",)
+
+
+def _strip(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _strip(v) for k, v in value.items()
+                if not any(k.endswith(t) for t in TIMING)}
+    return value
+
+
+def flatten(record: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested round record as one level of `a/b` keys (comparable with `pytest.approx`)."""
+    flat: dict[str, Any] = {}
+    for key, value in record.items():
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{prefix}{key}/"))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def run_case(method: str, output_dir: Path) -> list[dict[str, Any]]:
+    """The round records of one method's short run, without timings."""
+    from server_app.simulate import simulate
+    simulate({**BASE, **CASES[method], "method": method, "output-dir": str(output_dir),
+              "run-name": method}, num_nodes=2)
+    lines = (output_dir / method / "rounds.jsonl").read_text().splitlines()
+    return [_strip(json.loads(line)) for line in lines]
+
+
+def main(methods: list[str]) -> None:
+    golden = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for method in methods or list(CASES):
+            golden[method] = run_case(method, Path(tmp))
+            print(f"recorded {method}: {len(golden[method])} rounds")
+    GOLDEN.write_text(json.dumps(dict(sorted(golden.items())), indent=1, sort_keys=True) + "\n")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    import torch
+    torch.set_num_threads(1)  # as in the tests (conftest.py): the thread count changes float sums
+    main(sys.argv[1:])
