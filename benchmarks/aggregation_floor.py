@@ -26,7 +26,7 @@ import torch
 
 from benchmarks.compare import RESULTS_DIR, code_version, machine_facts, set_threads
 from benchmarks.sfl_scale import graphs
-from strategies.graph import GCNPropagation
+from strategies.gcn import GCNPropagation
 
 
 def timed(fn: Callable[[], object], reps: int) -> float:

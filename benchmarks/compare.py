@@ -4,7 +4,7 @@
         --set num-clients=20 --set partition=shards --set shards-per-client=2 --set num-rounds=20 \
         --name mnist-shards-q2-k20
 
-Every method runs through `server_app.simulate.simulate` (the real ClientApp on an in-process grid).
+Every method runs through `server_app.harness.simulate.simulate` (the real ClientApp on an in-process grid).
 Writes `<results-dir>/<name>.md` (command, date, machine, common settings, one row per method),
 `<name>.png` (personalized mean accuracy per round, from each run's rounds.jsonl; for a regression
 data set such as traffic, the MAE per round) and `<name>.json` (the raw summaries and curves). On a
@@ -122,7 +122,7 @@ def machine_facts() -> dict[str, Any]:
 
 def code_version() -> dict[str, Any]:
     """The commit (plus whether the tree had local changes) and Bouquet's code fingerprint."""
-    from server_app.provenance import code_fingerprint
+    from strategies.contracts.provenance import code_fingerprint
 
     out: dict[str, Any] = {"code-fingerprint": code_fingerprint()}
     try:
@@ -147,15 +147,15 @@ def set_threads(threads: int) -> None:
 # --- running --------------------------------------------------------------------------------------
 def _check(methods: Sequence[str], overrides: dict[str, Any]) -> None:
     """Fail before the first (possibly long) run: unknown method, reserved or invalid key."""
-    from server_app.config import RunConfig
-    from server_app.simulate import default_run_config
-    from strategies.registry import METHOD_NAMES
+    from strategies.contracts.run import default_run_config
+    from strategies.contracts.run import RunConfig
+    from strategies.registry import method_names
 
     if not methods:
         raise ValueError("no methods given")
-    unknown = [m for m in methods if m not in METHOD_NAMES]
+    unknown = [m for m in methods if m not in method_names()]
     if unknown:
-        raise ValueError(f"unknown method(s) {unknown}; registered: {', '.join(METHOD_NAMES)}")
+        raise ValueError(f"unknown method(s) {unknown}; registered: {', '.join(method_names())}")
     reserved = [k for k in overrides if k in PER_METHOD_KEYS]
     if reserved:
         raise ValueError(f"{reserved} are set per method by compare; use --methods / --name")
@@ -182,9 +182,10 @@ def compare(
     Returns one summary per method (as `simulate` returns it, plus `wall-seconds` and `curve`:
     the per-round records of rounds.jsonl reduced to round, seconds and accuracies).
     """
-    from server_app.config import RunConfig
+    from strategies.contracts.run import RunConfig
     from server_app.report_page import write_comparison_report
-    from server_app.simulate import default_run_config, simulate
+    from server_app.harness.simulate import simulate
+    from strategies.contracts.run import default_run_config
 
     methods = list(methods)
     overrides = dict(overrides)

@@ -3,7 +3,7 @@
     python -m benchmarks.deploy_speed --name deploy-speed-side-by-side [--pairs 3] [--rounds 5]
         [--methods flt sfl fedcg fedska] [--default-poll]
 
-One `server_app.loopback` deployment (SuperLink + 3 SuperNodes, TLS + SuperNode auth, on loopback,
+One `server_app.harness.loopback` deployment (SuperLink + 3 SuperNodes, TLS + SuperNode auth, on loopback,
 the README's command lines) serves every run of the session. Runs alternate: Bouquet `fedavg`, then
 the minimal Flower app (`benchmarks/minimal_flower_app`: Flower's own `FedAvg` and `start()`, the same
 torch CNN, digits data, samples per client and local epoch, no Bouquet code), `--pairs` times with
@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.compare import code_version, machine_facts
-from server_app import deploy
-from server_app.loopback import LoopbackFederation
-from server_app.outcome import RunFailedError, check_run
+from server_app.harness import deploy
+from server_app.harness.loopback import LoopbackFederation
+from server_app.harness.outcome import RunFailedError, check_run
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
@@ -141,7 +141,7 @@ def report(rows: list[dict], args: argparse.Namespace) -> str:
         "# Deployment speed: Bouquet vs a minimal Flower FedAvg app, same deployment, alternating",
         "", f"Command: `python -m benchmarks.deploy_speed {' '.join(sys.argv[1:])}`  ",
         f"flwr {machine['flwr']}, torch {machine['torch']}; {machine['cpu']}, {machine['cores']} "
-        "cores. 3 SuperNodes on loopback with TLS + SuperNode auth (`server_app.loopback`); "
+        "cores. 3 SuperNodes on loopback with TLS + SuperNode auth (`server_app.harness.loopback`); "
         f"digits, cnn, iid, {SAMPLES} samples per client, 1 local epoch, {args.rounds} rounds per "
         "run. The load average (1 min) is the machine's, shared with other jobs.", "",
         "| executor poll (s) | Bouquet fedavg s/round | minimal Flower s/round | ratio |",

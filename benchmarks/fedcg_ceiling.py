@@ -112,8 +112,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     log_progress()
     set_threads(1)
-    from server_app.config import RunConfig
-    from server_app.simulate import default_run_config
+    from strategies.contracts.run import RunConfig
+    from strategies.contracts.run import default_run_config
 
     common = {**DEFAULTS, **parse_set(args.set)}
     rows, started = [], datetime.now(timezone.utc)

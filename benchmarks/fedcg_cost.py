@@ -42,9 +42,9 @@ from flwr.app import ArrayRecord, Context, Message, RecordDict
 from benchmarks.compare import RESULTS_DIR, code_version, machine_facts, provenance, set_threads
 from client_app.app import app as client_app
 from models import build_model
-from server_app.config import RunConfig
-from server_app.local_grid import LocalGrid
-from server_app.simulate import default_run_config
+from strategies.contracts.run import RunConfig
+from server_app.harness.local_grid import LocalGrid
+from strategies.contracts.run import default_run_config
 from strategies.fedcg import FedCG
 from strategies.messages import CONFIG, GLOBAL, TRAIN, TrainInstructions, with_client
 

@@ -4,7 +4,7 @@
         --set domain-family=styles --set domains-per-client=2 --set domain-unseen-styles=blurred \
         --set domain-unseen-rotations= --name fedcg-styles-k2
 
-Every variant runs through `server_app.simulate.simulate` with the same common settings (`--set`, on
+Every variant runs through `server_app.harness.simulate.simulate` with the same common settings (`--set`, on
 top of the defaults below): the `domains` partition of MNIST (train clients rotated 0/90/180/270°,
 whole test clients held out, some of them with an unseen rotation), the same backbone, rounds,
 clients per round and local epochs (and, with `--seeds`, the same seeds). Variants: `fedavg` (it
@@ -90,7 +90,7 @@ def run_variant(label: str, seed: int, common: dict[str, Any], runs_dir: Path, t
                 test_clients: list[int], reuse: bool = False) -> dict[str, Any]:
     """Run one variant with one seed (or, with `reuse`, read the finished run of the same name and
     settings)."""
-    from server_app.simulate import simulate
+    from server_app.harness.simulate import simulate
     from strategies.fedcg import accuracy_by_domain
 
     method, extra = VARIANTS[label]
@@ -125,8 +125,8 @@ def run_variant(label: str, seed: int, common: dict[str, Any], runs_dir: Path, t
 
 def _same_settings(config_path: Path, overrides: dict[str, Any]) -> bool:
     """Whether a finished run's config.json has every override of this variant."""
-    from server_app.config import RunConfig
-    from server_app.simulate import default_run_config
+    from strategies.contracts.run import RunConfig
+    from strategies.contracts.run import default_run_config
 
     if not config_path.exists():
         return False
@@ -275,8 +275,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     set_threads(1)
     from datasets.federated import load_partition
     from datasets.partition import heldout_test_clients
-    from server_app.config import RunConfig
-    from server_app.simulate import default_run_config
+    from strategies.contracts.run import RunConfig
+    from strategies.contracts.run import default_run_config
     from strategies.fedcg import domain_name
 
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]

@@ -3,7 +3,7 @@
     python -m benchmarks.flower_speed                       # 20 and 100 clients, 3 rounds, 8 repetitions
     python -m benchmarks.flower_speed --clients 20 --reps 5 --model cnn
 
-Both sides run in this one process over the same in-process transport (`server_app.local_grid.LocalGrid`,
+Both sides run in this one process over the same in-process transport (`server_app.harness.local_grid.LocalGrid`,
 one virtual node per client, so node_config partition-id = client id) and do the same work per round:
 every client trains `local-epochs` epochs of minibatch SGD on its train split starting from the global
 model, the server averages the replies weighted by num-examples (Flower's `aggregate_arrayrecords` on
@@ -49,9 +49,10 @@ from benchmarks.compare import (RESULTS_DIR, code_version, machine_facts, progre
                                 set_threads)
 from datasets.federated import DataSpec, load_client_data
 from models import build_model
-from server_app.config import RunConfig
-from server_app.local_grid import LocalGrid
-from server_app.simulate import default_run_config, simulate
+from strategies.contracts.run import RunConfig
+from server_app.harness.local_grid import LocalGrid
+from server_app.harness.simulate import simulate
+from strategies.contracts.run import default_run_config
 
 TARGET_RATIO = 1.1
 BASE = {  # overrides common to both sides (MNIST is bundled, so this runs offline)
@@ -288,7 +289,7 @@ def _components(short: pstats.Stats, long: pstats.Stats, rounds: int) -> dict[st
         value = sum(values)
         if label.startswith("Bouquet: ClientGrid"):
             # ClientGrid.send_and_receive contains LocalGrid.push_messages (the clients): keep its own part
-            value -= per_round("server_app/local_grid.py", "push_messages") or 0.0
+            value -= per_round("server_app/harness/local_grid.py", "push_messages") or 0.0
         out[label] = max(value, 0.0) / rounds
     return out
 

@@ -47,9 +47,10 @@ import numpy as np
 import torch
 
 from benchmarks.compare import RESULTS_DIR, code_version, machine_facts, provenance, set_threads
-from strategies.graph import (
-    NeighbourhoodModels, adjusted_rand, cluster_adjacency, neighbourhood_average, set_distances,
-    share_inside_groups, threshold_adjacency, umap_embed, umap_place, ward_clusters,
+from strategies.graph import share_inside_groups
+from strategies.neighbourhood import NeighbourhoodModels, neighbourhood_average
+from strategies.relatedness import (
+    adjusted_rand, cluster_adjacency, set_distances, threshold_adjacency, umap_embed, umap_place, ward_clusters,
 )
 from strategies.personalized import weighted_mean
 
@@ -286,7 +287,7 @@ def markdown(meta: dict[str, Any], fcr: dict[str, Any], agg: dict[str, Any]) -> 
     lines += [
         f"- setting: M = {a['clients']} clients in {a['clusters']} true clusters, k = {a['k']}, "
         f"e = {a['latent']}, γ = {a['gamma']}; centroids: {source}.",
-        f"- UMAP on {fcr['points']} points (`strategies.graph.umap_embed`: n_neighbors 15, "
+        f"- UMAP on {fcr['points']} points (`strategies.relatedness.umap_embed`: n_neighbors 15, "
         "random_state 42, exact neighbours); one client is held out of the fit and placed afterwards.",
         "",
         "## FCR, server side",

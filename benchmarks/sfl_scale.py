@@ -4,7 +4,7 @@
 
 For N clients × P parameters (float32 V [N, P], one process, medians of `--reps`): the plain mean
 V.mean(0) (FedAvg's server step, unweighted) against SFL's propagation U = α·Â^L·V + (1−α)·V
-(specs/sfl.md §2 (3), `strategies.graph.GCNPropagation`) on two graphs:
+(specs/sfl.md §2 (3), `strategies.gcn.GCNPropagation`) on two graphs:
 - dense: every pair linked with a uniform random weight (a dense similarity graph);
 - knn: each client linked to its k nearest neighbours among random points in the plane (plus itself),
   the shape of a road / proximity graph, propagated with torch.sparse.
@@ -35,9 +35,8 @@ import torch
 
 from benchmarks.compare import log_progress, progress
 from strategies import spmm
-from strategies.graph import (
-    DENSE_COLUMN_BLOCK, SPARSE_COST_PER_NONZERO, GCNPropagation, knn_graph, row_normalize,
-)
+from strategies.gcn import DENSE_COLUMN_BLOCK, SPARSE_COST_PER_NONZERO, GCNPropagation
+from strategies.graph import knn_graph, row_normalize
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO / "benchmarks" / "results"

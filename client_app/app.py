@@ -1,16 +1,23 @@
 """The Bouquet ClientApp: routes each message kind to the method's client module.
 
-Every train handler also accepts a fused message (`strategies.fusion`): the evaluation it carries is
-routed to its own evaluate handler first, then the training runs, and one reply holds both.
+`train` and `evaluate` are the generic handlers every method may use; the message types only one
+method sends (`train.sfl`, `query.flt_embed`, ...) are routed as its registry entry declares
+(`strategies.registry.Method.client`), imported on first use. Every train handler also accepts a fused
+message (`strategies.fusion`): the evaluation it carries is routed to its own evaluate handler first,
+then the training runs, and one reply holds both.
 """
 
+from __future__ import annotations
+
+import importlib
 from collections.abc import Callable
 
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
-from client_app import ditto, evaluation, fedavg, fedcg, fedska, flt, identify, ifca, local, sfl
+from client_app import evaluation, fedavg, identify
 from strategies.fusion import fuse_reply, is_fused, split_request
+from strategies.registry import METHODS, ClientHandler, Method
 
 Handler = Callable[[Message, Context], Message]
 
@@ -33,19 +40,46 @@ def with_evaluation(train: Handler) -> Handler:
     return handler
 
 
+def resolve(target: ClientHandler) -> Handler:
+    """A handler given as a callable, or as "module:function" (imported on the first message)."""
+    if callable(target):
+        return target
+    module, _, name = target.partition(":")
+    cache: list[Handler] = []
+
+    def handler(message: Message, context: Context) -> Message:
+        if not cache:
+            cache.append(getattr(importlib.import_module(module), name))
+        return cache[0](message, context)
+
+    handler.__name__ = handler.__qualname__ = name
+    return handler
+
+
+_ROUTES = {"train": app.train, "evaluate": app.evaluate, "query": app.query}
+_INSTALLED: dict[str, ClientHandler] = {}  # message type → the handler it is routed to
+
+
+def install(method: Method) -> None:
+    """Route the message types of `method` (its registry entry's `client`) to its handlers; called
+    for every registered method at import, and for a method registered later."""
+    for message_type, target in method.client.items():
+        kind, _, action = message_type.partition(".")
+        if kind not in _ROUTES or not action:
+            raise ValueError(f"method {method.name!r}: message type {message_type!r} must be "
+                             "'train.<action>', 'evaluate.<action>' or 'query.<action>'")
+        if message_type in _INSTALLED:  # methods may share a message type (sfl, sfl-star)
+            if _INSTALLED[message_type] != target:
+                raise ValueError(f"method {method.name!r}: message type {message_type!r} is already "
+                                 f"routed to {_INSTALLED[message_type]!r}")
+            continue
+        _INSTALLED[message_type] = target
+        handler = resolve(target)
+        _ROUTES[kind](action)(with_evaluation(handler) if kind == "train" else handler)
+
+
 app.query("identify")(identify.identify)
 app.train()(with_evaluation(fedavg.train))
-app.train("local")(with_evaluation(local.train))
-app.train("ditto")(with_evaluation(ditto.train))
-app.train("flt_ae")(flt.train_autoencoder)
-app.query("flt_embed")(flt.embed)
-app.train("ifca")(with_evaluation(ifca.train))
-app.evaluate("ifca")(ifca.evaluate)
-app.train("sfl")(with_evaluation(sfl.train))
-app.train("fedska")(with_evaluation(fedska.train))
-app.query("ska_embed")(fedska.embed)
-app.query("ska_grad")(fedska.slot_gradient)
-app.train("fedcg")(with_evaluation(fedcg.train))
-app.evaluate("fedcg")(fedcg.evaluate)
-app.query("fedcg_balance")(fedcg.balance_statistics)
 app.evaluate()(evaluation.evaluate)
+for _method in METHODS.values():
+    install(_method)

@@ -7,7 +7,7 @@ from flwr.app import Context, Message, RecordDict
 
 from client_app.runtime import node_data_spec, partition_slot, resolve_device, run_config
 from datasets.federated import client_sizes
-from server_app.provenance import code_fingerprint
+from strategies.contracts.provenance import code_fingerprint
 from strategies.messages import CONFIG, IdentifyReply
 
 

@@ -11,7 +11,7 @@ from flwr.app import ArrayRecord, Context, Message
 
 from datasets.federated import ClientData, DataSpec, load_client_data
 from models import Backbone, build_model
-from server_app.config import RunConfig
+from strategies.contracts.run import RunConfig
 from strategies.messages import CLIENT, ClientAddress
 
 

@@ -14,28 +14,11 @@ from numbers import Integral
 import torch
 from torch import nn
 
+from models.backbone import Backbone
 from models.forecasters import FORECASTER_BUILDERS
 
 InputShape = tuple[int, int, int]
 """Image shape ``(channels, height, width)`` of one sample."""
-
-
-class Backbone(nn.Module):
-    """A classifier ``head(features(x))`` whose two halves are separately addressable.
-
-    ``features`` maps images ``[B, C, H, W]`` to flat vectors ``[B, feature_dim]``;
-    ``head`` maps those vectors to logits ``[B, num_classes]``.
-    """
-
-    def __init__(self, features: nn.Module, head: nn.Module, feature_dim: int) -> None:
-        super().__init__()
-        self.features = features
-        self.head = head
-        self.feature_dim = feature_dim
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Return logits ``[B, num_classes]`` for images ``x`` of shape ``[B, C, H, W]``."""
-        return self.head(self.features(x))
 
 
 def _flat_dim(input_shape: InputShape) -> int:

@@ -3,18 +3,15 @@
 Each forecaster is a ``Backbone``: ``features`` reads a window ``[B, steps, features]`` and returns the
 last hidden state ``[B, 64]``; ``head`` = Linear(64 → horizon) predicts all horizon steps at once
 (z-scored speeds). So FedPer / LG-FedAvg / FedSKA's ``features.*`` / ``head.*`` splits apply unchanged.
-The builders import ``Backbone`` when called, so ``models.backbones`` can list them in its registry.
+``models.backbones`` lists them in its registry.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 from torch import nn
 
-if TYPE_CHECKING:
-    from models.backbones import Backbone
+from models.backbone import Backbone
 
 SequenceShape = tuple[int, int]
 """Window shape ``(steps, features)`` of one sample."""
@@ -39,8 +36,6 @@ class RecurrentEncoder(nn.Module):
 
 
 def _build(cell: str, input_shape: SequenceShape, horizon: int) -> Backbone:
-    from models.backbones import Backbone
-
     _, num_features = input_shape
     features = RecurrentEncoder(cell, num_features, HIDDEN_SIZE)
     return Backbone(features, nn.Linear(HIDDEN_SIZE, horizon), HIDDEN_SIZE)

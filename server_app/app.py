@@ -15,7 +15,8 @@ from datasets.partition import Partition
 from datasets.sources import SOURCE_INFO, DataNotFoundError
 from models import build_model
 from server_app.checkpoint import CheckpointStore
-from server_app.config import ConfigError, RunConfig
+from strategies.contracts.base import ConfigError
+from strategies.contracts.run import RunConfig
 from server_app.reporting import RunRecorder
 from server_app.runner import FederationRunner
 from strategies.registry import build_strategy

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from server_app.reporting import format_value, summary_rows
+from server_app.summary_table import format_value, summary_rows
 
 REPORT_NAME = "report.html"
 # Pictures a run writes, in the order and with the caption the page gives them; any other PNG in the

@@ -12,7 +12,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+from server_app.summary_table import console_table
+
 
 log = logging.getLogger("flwr.bouquet")
 
@@ -110,43 +111,8 @@ class RunRecorder:
         plt.close(fig)
 
 
-def graph_display_order(reference: np.ndarray | None) -> np.ndarray | None:
-    """Clients in reverse Cuthill–McKee order of a reference graph, so its groups show as blocks in
-    a heatmap (None without a reference)."""
-    if reference is None:
-        return None
-    from scipy.sparse import csr_matrix
-    from scipy.sparse.csgraph import reverse_cuthill_mckee
-
-    return np.asarray(reverse_cuthill_mckee(csr_matrix(np.asarray(reference) > 0),
-                                            symmetric_mode=True))
-
-
-def save_matrix(directory: Path, name: str, matrix: np.ndarray, *, order: np.ndarray | None = None,
-                title: str = "", labels: str = "client") -> None:
-    """Save a square matrix (a client or domain graph) as `<name>.npy` plus a heatmap PNG.
-
-    `order` permutes rows and columns of the picture only (e.g. clients grouped by cluster); the
-    .npy keeps the original order.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    matrix = np.asarray(matrix, dtype=np.float64)
-    np.save(directory / f"{name}.npy", matrix)
-    shown = matrix if order is None else matrix[np.ix_(order, order)]
-    fig, ax = plt.subplots(figsize=(5, 4.4))
-    image = ax.imshow(shown, cmap="viridis", interpolation="nearest")
-    fig.colorbar(image, ax=ax, fraction=0.046)
-    ax.set_title(title or name)
-    suffix = " (reordered)" if order is not None else ""
-    ax.set_xlabel(labels + suffix)
-    ax.set_ylabel(labels + suffix)
-    fig.tight_layout()
-    fig.savefig(directory / f"{name}.png", dpi=120)
-    plt.close(fig)
+def _column_order(name: str) -> tuple[int, str]:
+    return (0 if name == "client-id" else 1, name)
 
 
 def comparison_hint(summary: dict[str, Any], config: dict[str, Any],
@@ -164,7 +130,7 @@ def comparison_hint(summary: dict[str, Any], config: dict[str, Any],
                 f"personalized mean (%):\n    {listed}")
     baselines = ",".join(dict.fromkeys([method, "fedavg", "local"]))
     from server_app.run_values import format_value as set_value
-    from server_app.simulate import default_run_config
+    from strategies.contracts.run import default_run_config
 
     defaults = default_run_config()
     sets = " ".join("--set " + shlex.quote(f"{key}={set_value(value)}")
@@ -203,78 +169,3 @@ def matching_comparison(config: dict[str, Any], path: Path) -> dict[str, Any] | 
     return reference if same else None
 
 
-def _column_order(name: str) -> tuple[int, str]:
-    return (0 if name == "client-id" else 1, name)
-
-
-def console_table(summary: dict[str, Any]) -> str:
-    """A short table of the final round for the console."""
-    title, rows = summary_rows(summary)
-    width = max(len(name) for name, _ in rows)
-    return "\n".join([title] + [f"  {name:<{width}}  {format_value(value)}" for name, value in rows])
-
-
-def summary_rows(summary: dict[str, Any]) -> tuple[str, list[tuple[str, Any]]]:
-    """The title and the (name, value) rows of a run's summary table (console and report.html);
-    rows without a value are left out."""
-    final = summary["final"]
-    if "regression" in final:
-        return _regression_rows(summary)
-    pers = final.get("personalized") or {}
-    rows = [
-        ("method", summary["method"]),
-        ("rounds", summary["rounds"]),
-        ("personalized mean (%)", pers.get("mean")),
-        ("personalized std", pers.get("std")),
-        ("best 5% / worst 5% (%)", _pair(pers.get("best-5%"), pers.get("worst-5%"))),
-        ("global accuracy (%)", final.get("global-accuracy")),
-        ("global + local epochs (%)", (final.get("finetuned") or {}).get("mean")),
-    ]
-    return _with_costs("Bouquet run summary", rows, summary)
-
-
-def _regression_rows(summary: dict[str, Any]) -> tuple[str, list[tuple[str, Any]]]:
-    """The summary rows of a regression (traffic) run: errors averaged over clients."""
-    final = summary["final"]
-    reg = final["regression"]
-    rows = [
-        ("method", summary["method"]),
-        ("rounds", summary["rounds"]),
-        ("MAE / MAPE (%) / RMSE", _triple(reg)),
-        ("same at horizon 12 (60 min)", _triple(reg, "-h12")),
-        ("MAE best 5% / worst 5%", _pair(reg.get("best-5%-mae"), reg.get("worst-5%-mae"))),
-        ("global model MAE / MAPE / RMSE", _triple(final.get("global-regression"))),
-        ("global + local epochs MAE / MAPE / RMSE", _triple(final.get("finetuned-regression"))),
-    ]
-    return _with_costs("Bouquet run summary (regression: errors averaged over clients)", rows, summary)
-
-
-def _with_costs(title: str, rows: list[tuple[str, Any]],
-                summary: dict[str, Any]) -> tuple[str, list[tuple[str, Any]]]:
-    """The title and the rows that have a value, ending with the cost rows every run has."""
-    rows = rows + [
-        ("bytes/round (down+up)", summary.get("bytes-per-round")),
-        ("s/round (median)", summary.get("seconds-per-round")),
-    ]
-    return title, [(name, value) for name, value in rows if value is not None]
-
-
-def _triple(errors: dict[str, float] | None, suffix: str = "") -> str | None:
-    keys = [f"mae{suffix}", f"mape{suffix}", f"rmse{suffix}"]
-    if not errors or any(key not in errors for key in keys):
-        return None
-    mae, mape, rmse = (errors[key] for key in keys)
-    return f"{mae:.3f} / {mape:.2f} / {rmse:.3f}"
-
-
-def _pair(a: float | None, b: float | None) -> str | None:
-    return None if a is None or b is None else f"{a:.2f} / {b:.2f}"
-
-
-def format_value(value: Any) -> str:
-    """A summary value as the console and report.html show it."""
-    if isinstance(value, float):
-        return f"{value:.2f}"
-    if isinstance(value, int) and value >= 10_000:
-        return f"{value:,}"
-    return str(value)

@@ -25,12 +25,18 @@ from flwr.serverapp.strategy import Strategy
 from datasets.partition import Partition
 from datasets.sources import dataset_task
 from server_app.checkpoint import CheckpointStore
-from server_app.config import RunConfig
 from server_app.metrics import accuracy_summary, regression_summary
-from server_app.provenance import code_fingerprint
 from server_app.reporting import RunRecorder
 from strategies.clients import ClientGrid
-from strategies.messages import METRICS, EvaluateInstructions, EvaluateReply, TrainInstructions
+from strategies.contracts.provenance import code_fingerprint
+from strategies.contracts.run import RunConfig
+from strategies.messages import (
+    METRICS,
+    EvaluateInstructions,
+    EvaluateReply,
+    TrainInstructions,
+)
+from strategies.reporter import MethodReporter
 from strategies.validation import ReplyValidator
 
 log = logging.getLogger("flwr.bouquet")
@@ -102,6 +108,11 @@ class FederationRunner:
                                   ReplyValidator(cfg.max_update_norm))
         self.latest: dict[int, dict[str, Any]] = {}  # client id -> last evaluation metrics
         self.bytes_total: dict[int, list[int]] = {c: [0, 0] for c in range(cfg.num_clients)}
+
+    @property
+    def reporter(self) -> MethodReporter:
+        """The strategy's own reporting, or none (e.g. Flower's FedAvg)."""
+        return self.strategy if isinstance(self.strategy, MethodReporter) else MethodReporter()
 
     # --- setup ------------------------------------------------------------------------------
     def connect(self, timeout: float) -> None:
@@ -268,15 +279,13 @@ class FederationRunner:
             }
             if self.evaluates(server_round) and cfg.fuse_evaluate:
                 # reported now, as its state is this round's; the evaluation follows next phase
-                if hasattr(self.strategy, "round_report"):
-                    record.update(self.strategy.round_report(server_round))
+                record.update(self.reporter.round_report(server_round))
                 record.update(seconds=time.perf_counter() - round_start, **self._traffic())
                 pending = record
             else:
                 if self.evaluates(server_round):
                     record.update(self.evaluate(server_round, arrays))
-                if hasattr(self.strategy, "round_report"):
-                    record.update(self.strategy.round_report(server_round))
+                record.update(self.reporter.round_report(server_round))
                 record.update(seconds=time.perf_counter() - round_start, **self._traffic())
                 self._record_round(record)
             self.checkpoint(server_round, arrays, time.perf_counter() - started, pending)
@@ -284,8 +293,7 @@ class FederationRunner:
             self._evaluate_pending(pending, arrays)
         self.final_arrays = arrays
         summary = self.summary(self.earlier_seconds + time.perf_counter() - started)
-        if hasattr(self.strategy, "report"):
-            summary.update(self.strategy.report(self.recorder.directory, self.truth))
+        summary.update(self.reporter.report(self.recorder.directory, self.truth))
         return summary
 
     def _evaluate_pending(self, pending: dict[str, Any], arrays: ArrayRecord) -> None:

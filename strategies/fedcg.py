@@ -53,19 +53,41 @@ from models import build_model
 from models.fedcg import DomainClassifier, FedCGModel
 from strategies.clients import ClientGrid
 from strategies.domain_balance import (
-    Labelling, scaled_offsets, standardisation, temperatures, warm_offsets,
+    Labelling,
+    scaled_offsets,
+    standardisation,
+    temperatures,
+    warm_offsets,
 )
 from strategies.graph import pairwise_row_distances
 from strategies.messages import (
-    ADJACENCY, CONFIG, FEDCG_METRICS, GRAPH, METRICS, MODEL, PERSONAL, QUERY_FEDCG_BALANCE, STUDENT,
-    TEACHER, TEACHER_LABELLING, EVALUATE_FEDCG, TRAIN_FEDCG, TRAIN_LOCAL, EvaluateReply,
-    FedCGBalanceReply, FedCGBalanceRequest, FedCGEvaluateCounts, FedCGTrainReply, TrainReply,
+    ADJACENCY,
+    CONFIG,
+    EVALUATE_FEDCG,
+    FEDCG_METRICS,
+    GRAPH,
+    METRICS,
+    MODEL,
+    PERSONAL,
+    QUERY_FEDCG_BALANCE,
+    STUDENT,
+    TEACHER,
+    TEACHER_LABELLING,
+    TRAIN_FEDCG,
+    TRAIN_LOCAL,
+    EvaluateReply,
+    FedCGBalanceReply,
+    FedCGBalanceRequest,
+    FedCGEvaluateCounts,
+    FedCGTrainReply,
+    TrainReply,
 )
 from strategies.params import ParameterLayout
 from strategies.personalized import weighted_mean
+from strategies.reporter import MethodReporter
 
 if TYPE_CHECKING:
-    from server_app.config import RunConfig
+    from strategies.contracts.run import RunConfig
 
 log = logging.getLogger("flwr.bouquet")
 
@@ -163,7 +185,7 @@ def largest_share(histogram: list[int] | None) -> float | None:
 
 
 # --- the strategy --------------------------------------------------------------------------------------
-class FedCG(Strategy):
+class FedCG(Strategy, MethodReporter):
     """FedCG server (see the module docstring)."""
 
     def __init__(self, cfg: RunConfig, truth: Partition | None = None) -> None:
@@ -512,7 +534,7 @@ class FedCG(Strategy):
 
     def report(self, directory: Path, truth: Partition | None) -> dict[str, Any]:
         """Artifacts (adjacency heatmaps, adjacencies.npy, fedcg.png) and summary.json's `fedcg`."""
-        from server_app.reporting import save_matrix
+        from strategies.reporter import save_matrix
 
         s = self.settings
         if self.truth is None and truth is not None:

@@ -42,7 +42,8 @@ from strategies.personalized import PersonalizedStrategy, weighted_mean
 
 if TYPE_CHECKING:
     from datasets.partition import Partition
-    from server_app.config import FedSKASection, RunConfig
+    from strategies.contracts.fedska import FedSKASection
+    from strategies.contracts.run import RunConfig
 
 log = logging.getLogger("flwr.bouquet")
 
@@ -344,8 +345,8 @@ class FedSKA(PersonalizedStrategy):
     def report(self, directory: Path, truth: Partition | None) -> dict[str, Any]:
         """graph.npy/.png = S of the last round; graphs/round-NNN.png = S of every round and
         learned-graphs.npy (K ≤ 256); summary: losses, shares, bytes by phase."""
-        from server_app.reporting import save_matrix
-        from server_app.reporting import graph_display_order
+        from strategies.reporter import save_matrix
+        from strategies.graph import graph_display_order
 
         reference = self.reference
         if reference is None and truth is not None:

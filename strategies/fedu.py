@@ -23,12 +23,13 @@ import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
-from strategies.graph import check_adjacency, read_adjacency, row_normalize
+from strategies.graph import row_normalize
+from strategies.priors import check_adjacency, read_adjacency
 from strategies.messages import CONFIG, PERSONAL, TRAIN_LOCAL
 from strategies.personalized import PersonalizedStrategy
 
 if TYPE_CHECKING:
-    from server_app.config import RunConfig
+    from strategies.contracts.run import RunConfig
 
 log = logging.getLogger("flwr.bouquet")
 
@@ -72,7 +73,7 @@ class FedU(PersonalizedStrategy):
         return None
 
     def report(self, directory: Any, truth: Any) -> dict[str, Any]:
-        from server_app.reporting import save_matrix
+        from strategies.reporter import save_matrix
 
         save_matrix(directory, "graph", self.graph.numpy(), title="FedU: given graph (row-normalised)")
         return {"fedu": {"lambda": self.lam, "step": self.lr * self.lam,
@@ -84,7 +85,7 @@ def given_graph(cfg: RunConfig, source: str, graph_file: str, key: str) -> np.nd
     ground truth, rebuilt on the server from the data set), `road` (a traffic data set's sensor
     graph) or `file` (a checked .npy/.csv). A ConfigError names the key, the value and what is allowed."""
     from datasets.sources import DataNotFoundError, dataset_task
-    from server_app.config import ConfigError
+    from strategies.contracts.base import ConfigError
     from strategies.sfl import ground_truth, road_graph
 
     def invalid(why: str, name: str = key, value: Any = source) -> ConfigError:

@@ -14,7 +14,7 @@ discovered client graph:
   and placed with the fitted UMAP's `transform` (`place_client`).
 - Rounds: sampled clients train their own model (`train.local`, plain SGD); then every client's model
   becomes the n-weighted mean of its Ã-neighbours' latest models, stale ones included (spec §2 [C],
-  Jacobi from a snapshot; `strategies.graph.NeighbourhoodModels`); `flt.fresh-only=true` averages
+  Jacobi from a snapshot; `strategies.neighbourhood.NeighbourhoodModels`); `flt.fresh-only=true` averages
   only the neighbours trained this round (a client with none keeps its model). With clusters, one model per
   cluster. Every client is evaluated with its own model on its own test split.
 """
@@ -36,9 +36,10 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 
 from models.autoencoder import build_autoencoder, check_autoencoder_input, reconstruction_epochs
 from strategies.clients import ClientGrid
-from strategies.graph import (
-    NeighbourhoodModels, adjusted_rand, cluster_adjacency, connected_components, set_distances,
-    share_inside_groups, threshold_adjacency, umap_embed, umap_place, ward_clusters,
+from strategies.graph import share_inside_groups
+from strategies.neighbourhood import NeighbourhoodModels
+from strategies.relatedness import (
+    adjusted_rand, cluster_adjacency, connected_components, set_distances, threshold_adjacency, umap_embed, umap_place, ward_clusters,
 )
 from strategies.messages import (
     AUTOENCODER, CENTROIDS, CENTROIDS_MU, CONFIG, ENCODER, METRICS, PERSONAL, QUERY_FLT_EMBED,
@@ -51,7 +52,8 @@ from strategies.personalized import PersonalizedStrategy, weighted_mean
 if TYPE_CHECKING:
     from datasets.federated import DataSpec
     from datasets.partition import Partition
-    from server_app.config import FLTSection, RunConfig
+    from strategies.contracts.flt import FLTSection
+    from strategies.contracts.run import RunConfig
 
 log = logging.getLogger("flwr.bouquet")
 
@@ -367,7 +369,7 @@ class FLT(PersonalizedStrategy):
         """Ã → graph.npy/.png, A → distance.npy/.png (clients grouped by discovered cluster), the
         UMAP embedding → umap.png; with ground truth: ARI and the share of Ã's edges inside true
         clusters. Returns {"flt": {...}} for summary.json."""
-        from server_app.reporting import save_matrix
+        from strategies.reporter import save_matrix
 
         rel = self.relatedness
         if rel is None:
@@ -476,7 +478,7 @@ def server_held_images(spec: DataSpec, count: int, seed: int) -> torch.Tensor:
 def build_flt(cfg: RunConfig) -> FLT:
     """FLT from the run config; fails before any client is contacted on an unusable setting."""
     from datasets.sources import SOURCE_INFO
-    from server_app.config import ConfigError
+    from strategies.contracts.base import ConfigError
 
     input_shape, _ = SOURCE_INFO[cfg.dataset]
     try:

@@ -22,6 +22,7 @@ from flwr.serverapp.strategy.strategy_utils import sample_nodes
 from strategies.clients import ClientGrid
 from strategies.messages import CONFIG, EVALUATE, METRICS, PERSONAL, TrainReply
 from strategies.params import ParameterLayout
+from strategies.reporter import MethodReporter
 
 log = logging.getLogger("flwr.bouquet")
 
@@ -51,7 +52,7 @@ def robust_mean(rows: torch.Tensor, weights: torch.Tensor, rule: str = "mean",
     raise ValueError(f"unknown aggregation {rule!r}; allowed: {', '.join(AGGREGATIONS)}")
 
 
-class PersonalizedStrategy(Strategy):
+class PersonalizedStrategy(Strategy, MethodReporter):
     """Per-client parameter matrix + per-client messages over a `ClientGrid`."""
 
     train_message_type: str

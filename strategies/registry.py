@@ -1,23 +1,102 @@
-"""The method registry: method name → a builder of its strategy from the run config.
+"""The method registry: one `Method` entry per method name: how to build its strategy, which run-config
+section holds its settings, and which client handlers answer its messages.
 
-Adding a method = one entry here (plus its server and client modules); `RunConfig` validates the
-`method` key against `METHOD_NAMES`. Each builder imports its strategy module when called, so
-importing the registry (as every client does to validate its run config) stays cheap and pulls in no
-server-side dependency (scipy, scikit-learn, numba, umap).
+Adding a method = its settings (a `MethodSettings` subclass, usually in `strategies/contracts/`), its
+server module, its client module, and one `register(Method(...))` (see the README, "Add a method").
+`RunConfig` reads its sections from here and validates `method` against the registered names. Builders
+import their strategy module when called, and client handlers are named as `module:function` and
+imported when first used, so importing the registry (as every client does to validate its run config)
+stays cheap and pulls in no server-side dependency (scipy, scikit-learn, numba, umap).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from strategies.contracts.base import MethodSettings
+from strategies.contracts.ditto import DittoSection
+from strategies.contracts.fedcg import FedCGSection
+from strategies.contracts.fedprox import FedProxSection
+from strategies.contracts.fedsem import FedSEMSection
+from strategies.contracts.fedska import FedSKASection
+from strategies.contracts.fedu import FedUSection
+from strategies.contracts.flt import FLTSection
+from strategies.contracts.ifca import IFCASection
+from strategies.contracts.sfl import SFLSection
 
 if TYPE_CHECKING:
     from flwr.serverapp.strategy import Strategy
 
-    from server_app.config import RunConfig
+    from strategies.contracts.run import RunConfig
 
 StrategyBuilder = Callable[["RunConfig"], "Strategy"]
+# A client handler: a callable (message, context) -> message, or "module:function" imported on use.
+ClientHandler = Callable[..., Any] | str
 
+
+@dataclass(frozen=True)
+class Method:
+    """One registered method.
+
+    `section`: the run-config section of its settings (`<section>.<key>`; several methods may share
+    one, e.g. `sfl` for sfl and sfl-star) with `settings` its model. `client`: the handlers of the
+    message types only this method sends (`train.<action>`, `query.<action>`, `evaluate.<action>`);
+    the generic `train` / `evaluate` handlers serve every method. `limits`: fields of the section that
+    count per-client things and must fit num-clients. `robust`: its global part may use
+    `aggregation` = median / trimmed-mean.
+    """
+
+    name: str
+    build: StrategyBuilder
+    section: str | None = None
+    settings: type[MethodSettings] | None = None
+    client: Mapping[str, ClientHandler] = field(default_factory=dict)
+    limits: tuple[str, ...] = ()
+    robust: bool = False
+
+
+METHODS: dict[str, Method] = {}
+
+
+def register(method: Method) -> Method:
+    """Add (or replace) a method; its settings section becomes part of every `RunConfig`."""
+    if (method.section is None) != (method.settings is None):
+        raise ValueError(f"method {method.name!r}: give both section and settings, or neither")
+    for other in METHODS.values():
+        if other.section == method.section and other.name != method.name and method.section and \
+                other.settings is not method.settings:
+            raise ValueError(f"section {method.section!r} already holds {other.settings.__name__} "
+                             f"(method {other.name!r})")
+    METHODS[method.name] = method
+    return method
+
+
+def sections() -> dict[str, type[MethodSettings]]:
+    """Every registered settings section, by name."""
+    return {m.section: m.settings for m in METHODS.values() if m.section and m.settings}
+
+
+def method_names() -> tuple[str, ...]:
+    return tuple(METHODS)
+
+
+def robust_methods() -> tuple[str, ...]:
+    """Methods whose global part can be aggregated robustly (`aggregation`); the others aggregate
+    over a graph or clusters, where a coordinate-wise median of all clients has no meaning."""
+    return tuple(name for name, m in METHODS.items() if m.robust)
+
+
+def build_strategy(cfg: RunConfig) -> Strategy:
+    strategy = METHODS[cfg.method].build(cfg)
+    if METHODS[cfg.method].robust and hasattr(strategy, "global_mean"):
+        strategy.aggregation = cfg.aggregation
+        strategy.trim_fraction = cfg.trim_fraction
+    return strategy
+
+
+# --- the built-in methods -------------------------------------------------------------------------
 
 def _fedavg(cfg: RunConfig) -> Strategy:
     from strategies.fedavg import build_fedavg, train_clients_only
@@ -94,33 +173,30 @@ def _fedu(cfg: RunConfig) -> Strategy:
     return build_fedu(cfg)
 
 
-BUILDERS: dict[str, StrategyBuilder] = {
-    "fedavg": _fedavg,
-    "fedprox": _fedprox,
-    "local": _local,
-    "ditto": _ditto,
-    "ifca": _ifca,
-    "fedsem": _fedsem,
-    "flt": _flt,
-    "fedper": _fedper,
-    "lg-fedavg": _lg_fedavg,
-    "sfl": _sfl,
-    "sfl-star": _sfl_star,
-    "fedcg": _fedcg,
-    "fedska": _fedska,
-    "fedu": _fedu,
-}
-METHOD_NAMES: tuple[str, ...] = tuple(BUILDERS)
-
-
-# Methods whose global part can be aggregated robustly (`aggregation`); the others aggregate over a
-# graph or clusters, where a coordinate-wise median of all clients has no meaning.
-ROBUST_METHODS: tuple[str, ...] = ("fedavg", "fedprox", "ditto", "fedper", "lg-fedavg")
-
-
-def build_strategy(cfg: RunConfig) -> Strategy:
-    strategy = BUILDERS[cfg.method](cfg)
-    if cfg.method in ROBUST_METHODS and hasattr(strategy, "global_mean"):
-        strategy.aggregation = cfg.aggregation
-        strategy.trim_fraction = cfg.trim_fraction
-    return strategy
+for _method in (
+    Method("fedavg", _fedavg, robust=True),
+    Method("fedprox", _fedprox, "fedprox", FedProxSection, robust=True),
+    Method("local", _local, client={"train.local": "client_app.local:train"}),
+    Method("ditto", _ditto, "ditto", DittoSection, {"train.ditto": "client_app.ditto:train"},
+           robust=True),
+    Method("ifca", _ifca, "ifca", IFCASection, {"train.ifca": "client_app.ifca:train",
+                                                 "evaluate.ifca": "client_app.ifca:evaluate"},
+           limits=("clusters",)),
+    Method("fedsem", _fedsem, "fedsem", FedSEMSection, limits=("clusters",)),
+    Method("flt", _flt, "flt", FLTSection, {"train.flt_ae": "client_app.flt:train_autoencoder",
+                                            "query.flt_embed": "client_app.flt:embed"},
+           limits=("clusters",)),
+    Method("fedper", _fedper, robust=True),
+    Method("lg-fedavg", _lg_fedavg, robust=True),
+    Method("sfl", _sfl, "sfl", SFLSection, {"train.sfl": "client_app.sfl:train"}),
+    Method("sfl-star", _sfl_star, "sfl", SFLSection, {"train.sfl": "client_app.sfl:train"},
+           limits=("gl_k",)),
+    Method("fedcg", _fedcg, "fedcg", FedCGSection, {
+        "train.fedcg": "client_app.fedcg:train", "evaluate.fedcg": "client_app.fedcg:evaluate",
+        "query.fedcg_balance": "client_app.fedcg:balance_statistics"}),
+    Method("fedska", _fedska, "fedska", FedSKASection, {
+        "train.fedska": "client_app.fedska:train", "query.ska_embed": "client_app.fedska:embed",
+        "query.ska_grad": "client_app.fedska:slot_gradient"}, limits=("k",)),
+    Method("fedu", _fedu, "fedu", FedUSection),
+):
+    register(_method)

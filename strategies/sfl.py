@@ -27,17 +27,19 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
 from strategies.clients import ClientGrid
+from strategies.gcn import GCNPropagation
 from strategies.graph import (
-    GCNPropagation, check_adjacency, fresh_graph, read_adjacency, row_normalize, structure_share,
-    true_structure, uniform_share,
+    fresh_graph, row_normalize, structure_share, true_structure, uniform_share,
 )
+from strategies.priors import check_adjacency, read_adjacency
 from strategies.graph_learner import GraphLearner, blend
 from strategies.messages import CONFIG, GLOBAL, MODEL, PERSONAL, TRAIN_SFL
 from strategies.personalized import PersonalizedStrategy
 
 if TYPE_CHECKING:
     from datasets.partition import Partition
-    from server_app.config import RunConfig, SFLSection
+    from strategies.contracts.run import RunConfig
+    from strategies.contracts.sfl import SFLSection
 
 log = logging.getLogger("flwr.bouquet")
 
@@ -197,7 +199,8 @@ class SFL(PersonalizedStrategy):
     def report(self, directory: Path, truth: Partition | None) -> dict[str, Any]:
         """graph.npy/.png = Â of the last round; SFL*: learned-graph (A_learn of the last round),
         learned-graphs.npy (Â of every round, N ≤ 256) and prior-graph when a prior was used."""
-        from server_app.reporting import graph_display_order, save_matrix
+        from strategies.graph import graph_display_order
+        from strategies.reporter import save_matrix
 
         reference = self.reference
         if reference is None and truth is not None:
@@ -239,7 +242,7 @@ class SFL(PersonalizedStrategy):
 
 # --- building from the run config -----------------------------------------------------------------
 def _invalid(key: str, value: Any, why: str) -> Exception:
-    from server_app.config import ConfigError
+    from strategies.contracts.base import ConfigError
 
     return ConfigError(f"run config: key '{key}' = {value!r} is invalid: {why}")
 

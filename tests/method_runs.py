@@ -67,7 +67,7 @@ def flatten(record: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def run_case(method: str, output_dir: Path) -> list[dict[str, Any]]:
     """The round records of one method's short run, without timings."""
-    from server_app.simulate import simulate
+    from server_app.harness.simulate import simulate
     simulate({**BASE, **CASES[method], "method": method, "output-dir": str(output_dir),
               "run-name": method}, num_nodes=2)
     lines = (output_dir / method / "rounds.jsonl").read_text().splitlines()

@@ -6,10 +6,10 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 
 from client_app.app import app as client_app
-from server_app.config import RunConfig
-from server_app.local_grid import LocalGrid
-from server_app.provenance import code_fingerprint
-from server_app.simulate import default_run_config
+from strategies.contracts.run import RunConfig
+from server_app.harness.local_grid import LocalGrid
+from strategies.contracts.provenance import code_fingerprint
+from strategies.contracts.run import default_run_config
 from strategies.clients import ClientGrid, CodeMismatchError
 from strategies.ditto import Ditto
 from strategies.local import Local

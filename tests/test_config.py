@@ -4,8 +4,9 @@ import pytest
 from flwr.app import Context, RecordDict
 
 from server_app.app import main
-from server_app.config import ConfigError, RunConfig
-from server_app.simulate import default_run_config
+from strategies.contracts.base import ConfigError
+from strategies.contracts.run import RunConfig
+from strategies.contracts.run import default_run_config
 
 
 def test_pyproject_defaults_validate_and_equal_the_model_defaults():

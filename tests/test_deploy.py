@@ -16,11 +16,12 @@ from flwr.app import Context, MetricRecord, RecordDict
 
 import flwr
 from client_app.runtime import NodeConfigError, node_data_spec
-from server_app import deploy
-from server_app.config import RunConfig
-from server_app.outcome import RunFailedError, parse_run_id, run_config_arg
+from server_app.harness import deploy
+from strategies.contracts.run import RunConfig
+from server_app.harness.outcome import RunFailedError, parse_run_id, run_config_arg
 from server_app.runner import train_devices
-from server_app.simulate import default_run_config, simulate
+from server_app.harness.simulate import simulate
+from strategies.contracts.run import default_run_config
 from tests.conftest import REPO
 
 SCRIPTS = REPO / "docker" / "scripts"
@@ -146,8 +147,8 @@ def test_superlink_runs_tls_and_node_auth_and_supernodes_dial_the_fleet_port():
 
 def test_committed_compose_file_is_the_rendered_one():
     assert COMPOSE.read_text() == deploy.compose_yaml(3), (
-        "docker/compose.yml differs from server_app.deploy: regenerate it with "
-        "`python -m server_app.deploy compose --supernodes 3 > docker/compose.yml`")
+        "docker/compose.yml differs from server_app.harness.deploy: regenerate it with "
+        "`python -m server_app.harness.deploy compose --supernodes 3 > docker/compose.yml`")
 
 
 def test_compose_services_use_accepted_flags_and_the_pinned_images():
@@ -202,7 +203,7 @@ def test_compose_wires_ports_partitions_tls_and_data():
 
 
 def test_deploy_cli_prints_the_same_commands():
-    out = subprocess.run([sys.executable, "-m", "server_app.deploy", "commands", "--superlink-host",
+    out = subprocess.run([sys.executable, "-m", "server_app.harness.deploy", "commands", "--superlink-host",
                           "10.0.0.1", "--supernodes", "2", "--certs", "/c", "--keys", "/k"],
                          capture_output=True, text=True, cwd=REPO, check=True).stdout
     assert "flower-supernode --root-certificates /c/ca.crt --superlink 10.0.0.1:9092" in out
@@ -223,7 +224,7 @@ def test_outcome_cli_fails_loudly_without_a_superlink(tmp_path):
     (tmp_path / "config.toml").write_text(
         '[superlink]\ndefault = "nowhere"\n[superlink.nowhere]\naddress = "127.0.0.1:9"\n'
         'insecure = true\n')
-    result = subprocess.run([sys.executable, "-m", "server_app.outcome", str(REPO), "nowhere",
+    result = subprocess.run([sys.executable, "-m", "server_app.harness.outcome", str(REPO), "nowhere",
                              "--timeout", "60"], capture_output=True, text=True, cwd=REPO,
                             env={**__import__("os").environ, "FLWR_HOME": str(tmp_path)})
     assert result.returncode == 1
@@ -270,7 +271,7 @@ def test_a_round_with_no_reachable_client_is_skipped_not_awaited(tiny_run):
     then is recorded as skipped (Flower's sampler alone would wait forever)."""
     from client_app.app import app as client_app
     from server_app.app import run
-    from server_app.local_grid import LocalGrid
+    from server_app.harness.local_grid import LocalGrid
 
     # unfused: round 0's evaluation is a message of its own, after which the nodes leave
     run_config = {**default_run_config(), **tiny_run, "method": "fedavg", "round-timeout": 1.0,

@@ -1,6 +1,6 @@
 """Deployed end to end: `flower-superlink` with TLS and SuperNode authentication, 3 authenticated
 `flower-supernode`s (each with its own FLWR_HOME, as separate machines) and their executors, started
-from `server_app.deploy`'s command lines; jobs go through `flwr run` and `server_app.outcome`.
+from `server_app.harness.deploy`'s command lines; jobs go through `flwr run` and `server_app.harness.outcome`.
 
 Every deployed result is compared with the same configuration run in this process (`simulate`), so a
 deployment that trains differently (wrong client, lost state, skipped data) fails. Every process is
@@ -21,20 +21,21 @@ from pathlib import Path
 import pytest
 
 from client_app.app import app as client_app
-from server_app import deploy
+from server_app.harness import deploy
 from server_app.app import run
-from server_app.config import RunConfig
-from server_app.local_grid import LocalGrid
-from server_app.loopback import LoopbackFederation
-from server_app.simulate import default_run_config, simulate
+from strategies.contracts.run import RunConfig
+from server_app.harness.local_grid import LocalGrid
+from server_app.harness.loopback import LoopbackFederation
+from server_app.harness.simulate import simulate
+from strategies.contracts.run import default_run_config
 from strategies.messages import CLIENT, CONFIG
-from strategies.registry import METHOD_NAMES
+from strategies.registry import method_names
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.e2e
 
 # The graph-aware methods and the baseline, as far as they are registered.
-E2E_METHODS = [m for m in ("fedavg", "flt", "sfl", "fedcg", "fedska") if m in METHOD_NAMES]
+E2E_METHODS = [m for m in ("fedavg", "flt", "sfl", "fedcg", "fedska") if m in method_names()]
 BASE = {"dataset": "digits", "model": "mclr", "partition": "iid", "num-clients": 3,
         "num-rounds": 2, "eval-every": 2, "max-samples-per-client": 100, "lr": 0.1,
         "finetune-epochs": 0, "client-threads": 1, "round-timeout": 120.0}

@@ -15,8 +15,10 @@ from client_app.fedcg import domain_probabilities
 from datasets.partition import PartitionSpec, heldout_test_clients, make_partition
 from models import build_model
 from models.fedcg import DomainClassifier, FedCGConv, FedCGModel, FedCGSpec
-from server_app.config import ConfigError, RunConfig
-from server_app.simulate import default_run_config, simulate
+from strategies.contracts.base import ConfigError
+from strategies.contracts.run import RunConfig
+from server_app.harness.simulate import simulate
+from strategies.contracts.run import default_run_config
 from strategies.fedcg import (
     FedCG, inverse_distance_adjacency, nmi_from_counts, random_adjacency, uniform_adjacency,
 )

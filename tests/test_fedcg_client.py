@@ -16,8 +16,9 @@ from client_app.fedcg import domain_logits, pseudo_domains, record_fingerprint, 
 from client_app.runtime import client_runtime
 from models import build_model
 from models.fedcg import DomainClassifier, FedCGModel, FedCGSpec
-from server_app.config import ConfigError, RunConfig
-from server_app.simulate import default_run_config
+from strategies.contracts.base import ConfigError
+from strategies.contracts.run import RunConfig
+from strategies.contracts.run import default_run_config
 from strategies.domain_balance import Labelling, logit_moments, soft_marginals
 from strategies.fedcg import FedCG, inverse_distance_adjacency
 from strategies.messages import (

@@ -19,9 +19,11 @@ from models.gnn import (
     DenseGCN, GCNEncoder, StructureLearner, denoising_loss, denoising_mask, symmetric_normalize,
 )
 from server_app.app import run
-from server_app.config import ConfigError, RunConfig
-from server_app.local_grid import FIRST_NODE_ID, LocalGrid
-from server_app.simulate import default_run_config, simulate
+from strategies.contracts.base import ConfigError
+from strategies.contracts.run import RunConfig
+from server_app.harness.local_grid import FIRST_NODE_ID, LocalGrid
+from server_app.harness.simulate import simulate
+from strategies.contracts.run import default_run_config
 from strategies.fedska import StructureModel, encoder_gradient_step
 from strategies.graph import share_on_edges
 from strategies.messages import (

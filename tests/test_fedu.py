@@ -8,8 +8,10 @@ import torch
 from flwr.app import ArrayRecord, MetricRecord, RecordDict
 
 from models import build_model
-from server_app.config import ConfigError, RunConfig
-from server_app.simulate import default_run_config, simulate
+from strategies.contracts.base import ConfigError
+from strategies.contracts.run import RunConfig
+from server_app.harness.simulate import simulate
+from strategies.contracts.run import default_run_config
 from strategies.fedu import FedU, laplacian_step
 from strategies.graph import row_normalize
 from strategies.messages import METRICS, PERSONAL, TRAIN_LOCAL

@@ -14,9 +14,12 @@ from client_app.app import app as client_app
 from client_app.flt import local_k
 from models.autoencoder import ConvAutoencoder
 from server_app.app import run
-from server_app.config import ConfigError, FLTSection, RunConfig
-from server_app.local_grid import LocalGrid
-from server_app.simulate import default_run_config, simulate
+from strategies.contracts.base import ConfigError
+from strategies.contracts.flt import FLTSection
+from strategies.contracts.run import RunConfig
+from server_app.harness.local_grid import LocalGrid
+from server_app.harness.simulate import simulate
+from strategies.contracts.run import default_run_config
 from strategies.flt import FLT, form_client_relatedness, place_client, server_held_images
 from strategies.local import Local
 from strategies.messages import (
@@ -83,7 +86,7 @@ def test_flt_samples_ceil_rho_m_clients(online, rho, flt_count, floor_count):
 
 @pytest.mark.parametrize("fresh_only", [False, True])
 def test_flt_fresh_only_averages_the_sampled_neighbours_only(fresh_only):
-    from strategies.graph import NeighbourhoodModels
+    from strategies.neighbourhood import NeighbourhoodModels
 
     flt = FLT(3, 0.5, FLTSection(fresh_only=fresh_only), input_shape=(1, 28, 28))
     held = torch.tensor([[1.0, 1.0], [3.0, 3.0], [5.0, 5.0]])

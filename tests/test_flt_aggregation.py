@@ -1,5 +1,5 @@
 """FLT's aggregation at scale: neighbourhood sums shared along a spanning tree of Ã's distinct rows
-(`strategies.neighbourhood_sums.SumTree`, used by `strategies.graph.NeighbourhoodModels`) equal the
+(`strategies.neighbourhood_sums.SumTree`, used by `strategies.neighbourhood.NeighbourhoodModels`) equal the
 plain formula W = D⁻¹(Ã diag(n))·V round after round, stale models included."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from strategies.graph import NeighbourhoodModels, cluster_adjacency, neighbourhood_average
+from strategies.neighbourhood import NeighbourhoodModels, neighbourhood_average
+from strategies.relatedness import cluster_adjacency
 from strategies.neighbourhood_sums import SumTree
 
 

@@ -8,7 +8,7 @@ import pytest
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
-from server_app.simulate import simulate
+from server_app.harness.simulate import simulate
 from strategies.fusion import fuse, fuse_reply, split_reply, split_request
 from strategies.messages import CLIENT, CONFIG, EVALUATION_PREFIX, FUSED, GLOBAL, METRICS
 

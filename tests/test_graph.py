@@ -11,10 +11,13 @@ import torch
 from scipy.cluster.hierarchy import fcluster, linkage
 
 from strategies.graph import (
-    NeighbourhoodModels, adjusted_rand, cluster_adjacency, connected_components, matching_distance,
-    fresh_graph, neighbourhood_average, neighbourhood_weights, set_distances, share_inside_groups,
-    structure_share, threshold_adjacency, true_structure, umap_embed, umap_place, uniform_share,
-    ward_clusters,
+    fresh_graph, share_inside_groups, structure_share, true_structure, uniform_share,
+)
+from strategies.neighbourhood import (
+    NeighbourhoodModels, neighbourhood_average, neighbourhood_weights,
+)
+from strategies.relatedness import (
+    adjusted_rand, cluster_adjacency, connected_components, matching_distance, set_distances, threshold_adjacency, umap_embed, umap_place, ward_clusters,
 )
 from strategies.personalized import weighted_mean
 

@@ -15,10 +15,11 @@ from client_app.training import evaluate as evaluate_model
 from client_app.training import seeded_generator, train_epochs
 from datasets.federated import load_client_data
 from server_app.app import initial_arrays
-from server_app.config import RunConfig
-from server_app.local_grid import LocalGrid
-from server_app.provenance import code_fingerprint
-from server_app.simulate import default_run_config, simulate
+from strategies.contracts.run import RunConfig
+from server_app.harness.local_grid import LocalGrid
+from strategies.contracts.provenance import code_fingerprint
+from server_app.harness.simulate import simulate
+from strategies.contracts.run import default_run_config
 from strategies.clients import ClientGrid
 from strategies.fedsem import FedSEM, kmeans, kmeans_plus_plus
 from strategies.clustered import seeded_models

@@ -1,5 +1,5 @@
 """LoopbackFederation without Flower processes: a start that fails part-way stops what it started, and
-executors get the deployment settings of `server_app.deploy`."""
+executors get the deployment settings of `server_app.harness.deploy`."""
 
 import os
 import subprocess
@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from server_app import deploy
-from server_app.loopback import LoopbackFederation
+from server_app.harness import deploy
+from server_app.harness.loopback import LoopbackFederation
 
 
 class SleepingFederation(LoopbackFederation):

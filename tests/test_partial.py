@@ -7,7 +7,7 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
 from models import build_model
-from server_app.simulate import simulate
+from server_app.harness.simulate import simulate
 from strategies.messages import CONFIG, METRICS, PERSONAL, TRAIN_LOCAL
 from strategies.params import ParameterLayout
 from strategies.partial import FedPer, LGFedAvg, shared_columns

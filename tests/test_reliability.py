@@ -20,9 +20,11 @@ from client_app import evaluation, fedavg, identify
 from client_app.app import with_evaluation
 from server_app.app import run
 from server_app.checkpoint import CheckpointError, CheckpointStore, checkpoint_path
-from server_app.config import ConfigError, RunConfig
-from server_app.local_grid import LocalGrid
-from server_app.simulate import default_run_config, simulate
+from strategies.contracts.base import ConfigError
+from strategies.contracts.run import RunConfig
+from server_app.harness.local_grid import LocalGrid
+from server_app.harness.simulate import simulate
+from strategies.contracts.run import default_run_config
 from strategies.messages import CLIENT, METRICS, MODEL
 
 REPO = Path(__file__).resolve().parent.parent
@@ -94,7 +96,7 @@ def test_resumed_run_equals_an_uninterrupted_one(tmp_path, method, extra):
 
 
 def _run_in_subprocess(config: dict) -> subprocess.Popen:
-    code = ("import json, sys; from server_app.simulate import simulate; "
+    code = ("import json, sys; from server_app.harness.simulate import simulate; "
             "simulate(json.loads(sys.argv[1]))")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.Popen([sys.executable, "-c", code, json.dumps(config)], cwd=REPO, env=env,

@@ -9,12 +9,13 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord, RecordDict
 
 from client_app.sfl import sfl_penalty
-from server_app.config import ConfigError, RunConfig
-from server_app.simulate import default_run_config, simulate
-from strategies.graph import (
-    GCNPropagation, check_adjacency, gcn_operator, gcn_propagate, knn_graph, read_adjacency,
-    row_normalize, share_on_edges, top_k_per_row,
-)
+from strategies.contracts.base import ConfigError
+from strategies.contracts.run import RunConfig
+from server_app.harness.simulate import simulate
+from strategies.contracts.run import default_run_config
+from strategies.gcn import GCNPropagation, gcn_operator, gcn_propagate
+from strategies.graph import knn_graph, row_normalize, share_on_edges, top_k_per_row
+from strategies.priors import check_adjacency, read_adjacency
 from strategies.graph_learner import GraphConstructor, GraphLearner, blend, graph_target
 from strategies.messages import CONFIG, GLOBAL, METRICS, MODEL, PERSONAL, TRAIN_SFL
 from strategies.params import ParameterLayout

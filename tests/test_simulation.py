@@ -8,9 +8,10 @@ from flwr.app import Message
 
 from client_app.app import app as client_app
 from server_app.app import run
-from server_app.config import RunConfig
-from server_app.local_grid import LocalGrid
-from server_app.simulate import default_run_config, simulate
+from strategies.contracts.run import RunConfig
+from server_app.harness.local_grid import LocalGrid
+from server_app.harness.simulate import simulate
+from strategies.contracts.run import default_run_config
 from strategies.messages import CLIENT
 
 

@@ -24,9 +24,10 @@ from datasets.traffic import (
     sensor_split, split_bounds, synthetic_traffic, windows,
 )
 from models import build_model
-from server_app.config import ConfigError, RunConfig
+from strategies.contracts.base import ConfigError
+from strategies.contracts.run import RunConfig
 from server_app.metrics import regression_summary
-from server_app.reporting import console_table
+from server_app.summary_table import console_table
 from strategies.messages import EvaluateReply
 
 SPAN = INPUT_STEPS + HORIZON - 1  # time steps a part loses to windowing

@@ -17,7 +17,7 @@ PACKAGES = ("server_app", "client_app", "strategies", "models", "datasets")
 @lru_cache(maxsize=1)
 def code_fingerprint() -> str:
     """sha256 (12 hex digits) over the relative paths and bytes of the packages' .py files."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     digest = hashlib.sha256()
     for package in PACKAGES:
         for path in sorted((root / package).rglob("*.py")):

@@ -1,6 +1,6 @@
 """A whole deployment on one machine: SuperLink + N authenticated SuperNodes over TLS on loopback.
 
-Exactly the command lines of `server_app.deploy` (those of the README and docker/compose.yml), each
+Exactly the command lines of `server_app.harness.deploy` (those of the README and docker/compose.yml), each
 process with its own FLWR_HOME as if on its own machine, on free ports. Every process is started in
 its own session and stopped by the PID it was started with (its executor's app processes follow).
 Used by the deployment tests and benchmarks/deploy_speed.py.
@@ -18,10 +18,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from server_app import deploy
-from server_app.outcome import RunOutcome, run_job
+from server_app.harness import deploy
+from server_app.harness.outcome import RunOutcome, run_job
 
-SCRIPTS = Path(__file__).resolve().parent.parent / "docker" / "scripts"
+SCRIPTS = Path(__file__).resolve().parents[2] / "docker" / "scripts"
 BIN = Path(sys.executable).parent
 CONNECTION = "bouquet"
 

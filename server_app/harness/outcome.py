@@ -4,7 +4,7 @@
 `flwr list <connection> --run-id <id> --format json` → `status` `finished:completed` (or `:failed`,
 `:stopped`) and `status-details` (the exception). CLI:
 
-    python -m server_app.outcome . my-superlink --run-config "method='fedavg' num-rounds=2"
+    python -m server_app.harness.outcome . my-superlink --run-config "method='fedavg' num-rounds=2"
 
 exits 0 when the run completed, 1 (printing the status, its details and the log tail) otherwise.
 """
@@ -118,7 +118,7 @@ def check_run(app: str | Path, connection: str, run_config: Mapping[str, object]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m server_app.outcome",
+    parser = argparse.ArgumentParser(prog="python -m server_app.harness.outcome",
                                      description="flwr run, then fail unless the run completed")
     parser.add_argument("app", help="the Flower app directory (e.g. .)")
     parser.add_argument("connection", help="a [superlink.<name>] of $FLWR_HOME/config.toml")

@@ -1,0 +1,17 @@
+"""Run a whole Bouquet federation in this process (tests, benchmarks): `simulate({...})`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from client_app.app import app as client_app
+from server_app.app import run
+from strategies.contracts.run import RunConfig, default_run_config
+from server_app.harness.local_grid import LocalGrid
+
+def simulate(overrides: dict[str, Any], num_nodes: int | None = None) -> dict[str, Any]:
+    """Validate defaults + overrides, host the clients on `num_nodes` virtual nodes, run, summarise."""
+    run_config = {**default_run_config(), **overrides}
+    cfg = RunConfig.from_flower(run_config)
+    grid = LocalGrid(client_app, num_nodes or cfg.num_clients, run_config)
+    return run(grid, cfg, connect_timeout=5.0)

@@ -1,0 +1,87 @@
+"""FedCG: its settings (`fedcg.*` run-config keys)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from strategies.contracts.base import MethodSettings
+
+
+class FedCGSection(MethodSettings):
+    """FedCG (specs/fedcg.md): domain clustering (teacher/student), FedCG layers, GCN and adjacency."""
+
+    domains: int = Field(4, ge=1)  # D
+    teacher_period: int = Field(10, ge=1)  # T: the teacher is replaced by the student every T rounds
+    beta: float = Field(0.5, ge=0.0, le=1.0)  # A_ii = β (eq. 7)
+    adj_warmup: int = Field(10, ge=0)  # A = I before this round (spec: = T)
+    adjacency: Literal["distance", "identity", "uniform", "random"] = "distance"
+    layers: Literal["last", "all"] = "last"  # which conv layers become FedCG layers
+    gcn_layers: Literal[1, 2] = 2  # 1: full W [q, q]; 2: bottleneck W1 [q, b], W2 [b, q]
+    bottleneck: int = Field(64, ge=1)  # b
+    use_w: bool = True  # false: a weight-free GCN
+    relu: bool = True  # σ = ReLU on the GCN outputs (false: identity)
+    residual: bool = True  # false: branch only (no agnostic layer)
+    lambda_init: float = 0.1  # initial λ of every FedCG layer
+    # clf: teacher/student; kmeans: K-means of client models; oracle: each image's true domain
+    # (a control: the student still assigns domains at test time)
+    clustering: Literal["clf", "kmeans", "oracle"] = "clf"
+    kmeans_epochs: int = Field(1, ge=1)  # clustering='kmeans': local epochs of each client's model
+    domain_lr: float = Field(0.01, gt=0.0)  # SGD of the student (no momentum, no weight decay)
+    domain_stride: int = Field(1, ge=1)  # stride of both convs of the domain classifiers
+    classifier_pool: Literal["global", "avg2", "flatten"] = "global"  # domain classifier pooling (§6.10)
+    soft: bool = True  # test assignment: student probabilities (false: one-hot argmax)
+    # pseudo-domains from the teacher's logits (§6.9): sinkhorn = federated standardisation + Sinkhorn
+    # column scaling (balanced hard labels); centering = minus the federated mean logit; none = argmax
+    balance: Literal["sinkhorn", "centering", "none"] = "sinkhorn"
+    sinkhorn_iters: int = Field(30, ge=1)  # column-scaling exchanges (D floats each) per teacher
+    sinkhorn_temperature: float = Field(100.0, ge=1.0)  # final λ (raised geometrically from 1)
+    # the earlier spelling of balance='centering': true selects it (false changes nothing)
+    teacher_centering: bool = False
+
+    @model_validator(mode="after")
+    def _centering_is_a_balance(self) -> "FedCGSection":
+        if self.teacher_centering:
+            if self.clustering != "clf":
+                raise ValueError("fedcg.teacher-centering centres the teacher's logits: it needs "
+                                 f"fedcg.clustering='clf' (got '{self.clustering}'); set one of them back")
+            if self.balance == "none":
+                raise ValueError("fedcg.teacher-centering = true is fedcg.balance = 'centering', but "
+                                 "fedcg.balance = 'none' is set; keep one of them")
+            object.__setattr__(self, "balance", "centering")
+        return self
+
+    def check(self, cfg) -> None:
+        """FedCG needs an image model with conv layers, the 1-layer GCN a small enough layer, and the
+        oracle control the true domains of a `domains` partition."""
+        from datasets.federated import dataset_info
+        from models.fedcg import fedcg_layer_sizes  # torch models: imported only when needed
+
+        convs = ("cnn", "leaf-cnn", "resnet9")
+        if cfg.model not in convs:
+            raise ValueError(f"method 'fedcg' needs a model with convolutional layers: one of "
+                             f"{', '.join(convs)} (got model '{cfg.model}')")
+        input_shape, num_classes = dataset_info(cfg.dataset, cfg.data_root)
+        fedcg_layer_sizes(cfg.model, input_shape, num_classes, self.spec)  # raises if too big
+        if self.clustering == "oracle":
+            seen = cfg.data_spec.partition.num_seen_domains
+            if cfg.partition != "domains" or self.domains < seen:
+                raise ValueError(f"fedcg.clustering='oracle' trains with each image's true domain: it "
+                                 f"needs partition 'domains' and fedcg.domains >= its {seen} seen "
+                                 f"domains (got partition '{cfg.partition}', fedcg.domains = "
+                                 f"{self.domains})")
+
+    @property
+    def balanced(self) -> bool:
+        """Whether pseudo-domains come from a teacher whose logits are balanced (clf, not none, D > 1)."""
+        return self.clustering == "clf" and self.balance != "none" and self.domains > 1
+
+    @property
+    def spec(self):  # -> models.fedcg.FedCGSpec (torch models: imported only when needed)
+        """The settings that shape the FedCG model."""
+        from models.fedcg import FedCGSpec
+
+        return FedCGSpec(num_domains=self.domains, layers=self.layers, gcn_layers=self.gcn_layers,
+                         bottleneck=self.bottleneck, use_w=self.use_w, relu=self.relu,
+                         residual=self.residual, lambda_init=self.lambda_init)
