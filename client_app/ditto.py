@@ -7,16 +7,13 @@ from flwr.app import Context, Message, RecordDict
 
 from client_app.runtime import client_runtime, model_record
 from client_app.training import proximal_penalty, seeded_generator, train_epochs
-from strategies.messages import (
-    CONFIG, GLOBAL, METRICS, MODEL, PERSONAL, TrainInstructions, TrainReply,
-)
+from strategies.contracts.ditto import DittoTrain
+from strategies.messages import CONFIG, GLOBAL, METRICS, MODEL, PERSONAL, TrainReply
 
 
 def train(message: Message, context: Context) -> Message:
     rt = client_runtime(message, context)
-    ins = TrainInstructions.read(message.content[CONFIG])
-    if ins.ditto_lambda is None or ins.personal_epochs is None:
-        raise ValueError("train.ditto needs 'ditto-lambda' and 'personal-epochs' in its config")
+    ins = DittoTrain.read(message.content[CONFIG])
     x, y = rt.tensors("train")
     shared = dict(batch_size=ins.batch_size, lr=ins.lr, momentum=ins.momentum)
     global_model = rt.model(message.content[GLOBAL])

@@ -13,7 +13,9 @@ from flwr.app import Context, Message, RecordDict
 from client_app.runtime import client_runtime
 from client_app.training import Evaluation, seeded_generator, train_epochs
 from client_app.training import evaluate as test_model
-from strategies.messages import CONFIG, GLOBAL, METRICS, PERSONAL, EvaluateInstructions, EvaluateReply
+from strategies.messages import (
+    CONFIG, GLOBAL, METRICS, PERSONAL, EvaluateInstructions, EvaluateReply
+)
 
 
 def result_fields(result: Evaluation, prefix: str = "") -> dict[str, float]:

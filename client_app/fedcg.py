@@ -41,11 +41,28 @@ from client_app.training import evaluate as test_model
 from client_app.training import seeded_generator, train_epochs
 from models import build_model
 from models.fedcg import DomainClassifier, FedCGModel
+from strategies.contracts.fedcg import (
+    ADJACENCY,
+    FEDCG_METRICS,
+    GRAPH,
+    QUERY_FEDCG_BALANCE,
+    STUDENT,
+    TEACHER,
+    TEACHER_LABELLING,
+    TRAIN_FEDCG,
+    FedCGBalanceReply,
+    FedCGBalanceRequest,
+    FedCGEvaluateCounts,
+    FedCGTrain,
+    FedCGTrainReply,
+)
 from strategies.domain_balance import Labelling, logit_moments, soft_marginals
 from strategies.messages import (
-    ADJACENCY, CONFIG, FEDCG_METRICS, GRAPH, METRICS, MODEL, QUERY_FEDCG_BALANCE, STUDENT, TEACHER,
-    TEACHER_LABELLING, TRAIN_FEDCG, EvaluateInstructions, EvaluateReply, FedCGBalanceReply,
-    FedCGBalanceRequest, FedCGEvaluateCounts, FedCGTrainReply, TrainInstructions,
+    CONFIG,
+    METRICS,
+    MODEL,
+    EvaluateInstructions,
+    EvaluateReply,
 )
 
 STUDENT_STREAM = 11  # seeded_generator purpose of the student's batches (the model's uses none)
@@ -170,17 +187,12 @@ def oracle_domains(rt: ClientRuntime, num_domains: int) -> torch.Tensor:
 
 def train(message: Message, context: Context) -> Message:
     rt = client_runtime(message, context)
-    ins = TrainInstructions.read(message.content[CONFIG])
-    if ins.domain_lr is None or ins.num_domains is None:
-        raise ValueError(f"{TRAIN_FEDCG} needs 'domain-lr' and 'num-domains' in its config")
-    if ins.num_domains != rt.cfg.fedcg.domains:
-        raise ValueError(f"the server sent num-domains={ins.num_domains} but this client's run config "
-                         f"has fedcg.domains={rt.cfg.fedcg.domains}")
+    ins = FedCGTrain.read(message.content[CONFIG])
     content = message.content
     model = fedcg_model(rt, content[MODEL], content[GRAPH])
     student = domain_classifier(rt, content[STUDENT])
     x, y = rt.tensors("train")
-    d = ins.num_domains
+    d = rt.cfg.fedcg.domains
     teacher = None
     if ins.client_domain is not None:  # clustering=kmeans: one domain per client
         pseudo = torch.full((len(y),), ins.client_domain, dtype=torch.long, device=x.device)
@@ -226,7 +238,7 @@ def evaluate(message: Message, context: Context) -> Message:
     d = rt.cfg.fedcg.domains
     probabilities = domain_probabilities(student, x)
     student_domains = probabilities.argmax(dim=1)
-    soft = rt.cfg.fedcg.soft if ins.soft is None else ins.soft
+    soft = rt.cfg.fedcg.soft
     model.precompute_branches()  # V̂ once for inference
     index = torch.arange(len(y), device=x.device)
     results = {assignment: test_model(DomainInput(model, x, weights), index, y, ins.batch_size)

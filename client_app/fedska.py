@@ -24,11 +24,22 @@ from torch.nn import functional as F
 from client_app.runtime import ClientRuntime, client_runtime, model_record
 from client_app.training import seeded_generator, task_loss, train_epochs
 from models import build_model
-from strategies.messages import (
-    CONFIG, DESCRIPTOR, GLOBAL, GRAD, GRAD_G, GRAPH_TARGET, H_C, H_G, HEAD, METRICS, MODEL,
-    SLOT_ENCODING, SLOT_FEATURES, SLOT_P, TRAIN_FEDSKA, SlotInstructions, SlotReply,
-    TrainInstructions, TrainReply,
+from strategies.contracts.fedska import (
+    DESCRIPTOR,
+    GRAD,
+    GRAD_G,
+    GRAPH_TARGET,
+    H_C,
+    H_G,
+    HEAD,
+    SLOT_ENCODING,
+    SLOT_FEATURES,
+    SLOT_P,
+    FedSKATrain,
+    SlotInstructions,
+    SlotReply,
 )
+from strategies.messages import CONFIG, GLOBAL, METRICS, MODEL, TrainReply
 
 SLOT_STREAM = 17  # seeded_generator purpose id of the slot permutation π
 EMBED_BATCH = 1024
@@ -104,9 +115,7 @@ def _array(tensor: torch.Tensor) -> Array:
 def train(message: Message, context: Context) -> Message:
     """`train.fedska` (§3 step 1): Eq 9 from w̄, then the descriptor h̄^c (§2)."""
     rt = client_runtime(message, context)
-    ins = TrainInstructions.read(message.content[CONFIG])
-    if ins.lambda_s is None:
-        raise ValueError(f"{TRAIN_FEDSKA} needs 'lambda-s' in its config")
+    ins = FedSKATrain.read(message.content[CONFIG])
     model = rt.model(message.content[GLOBAL])
     x, y = rt.tensors("train")
     permutation = slot_permutation(ins.seed, rt.client_id, len(y))

@@ -18,10 +18,11 @@ from flwr.app import Array, ArrayRecord, Context, Message, RecordDict
 from client_app.runtime import ClientRuntime, client_runtime, model_record
 from client_app.training import seeded_generator
 from models.autoencoder import ConvAutoencoder, encode_batched, reconstruction_epochs
-from strategies.messages import (
-    AUTOENCODER, CENTROIDS, CENTROIDS_MU, CONFIG, ENCODER, METRICS, AutoencoderInstructions,
-    AutoencoderReply, EmbedInstructions, EmbedReply,
+from strategies.contracts.flt import (
+    AUTOENCODER, CENTROIDS, CENTROIDS_MU, ENCODER, AutoencoderInstructions, AutoencoderReply,
+    EmbedInstructions, EmbedReply
 )
+from strategies.messages import CONFIG, METRICS
 
 _AE_STREAM = 11  # seeded_generator purpose id of the autoencoder's batch order
 

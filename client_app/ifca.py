@@ -15,9 +15,9 @@ from client_app.runtime import ClientRuntime, client_runtime, model_record
 from client_app.training import evaluate as test_model
 from client_app.training import seeded_generator, train_epochs
 from models import Backbone
+from strategies.contracts.ifca import cluster_model
 from strategies.messages import (
-    CONFIG, METRICS, MODEL, EvaluateInstructions, EvaluateReply, TrainInstructions, TrainReply,
-    cluster_model,
+    CONFIG, METRICS, MODEL, EvaluateInstructions, EvaluateReply, TrainInstructions, TrainReply
 )
 
 

@@ -18,7 +18,8 @@ from torch import nn
 from client_app.local_update import train_and_reply
 from client_app.runtime import client_runtime
 from client_app.training import Penalty
-from strategies.messages import CONFIG, GLOBAL, MODEL, PERSONAL, TRAIN_SFL, TrainInstructions
+from strategies.contracts.sfl import SFLTrain
+from strategies.messages import CONFIG, GLOBAL, MODEL, PERSONAL
 
 
 def _distance(params: list[torch.Tensor], anchors: list[torch.Tensor]) -> torch.Tensor:
@@ -53,10 +54,7 @@ def sfl_penalty(model: nn.Module, personal: Mapping[str, torch.Tensor],
 
 def train(message: Message, context: Context) -> Message:
     rt = client_runtime(message, context)
-    ins = TrainInstructions.read(message.content[CONFIG])
-    if ins.lambda_personal is None or ins.lambda_global is None or ins.reg_grad is None:
-        raise ValueError(f"{TRAIN_SFL} needs 'lambda-personal', 'lambda-global' and 'reg-grad' in "
-                         "its config")
+    ins = SFLTrain.read(message.content[CONFIG])
     model = rt.model(message.content[PERSONAL if ins.start == "personal" else GLOBAL])  # θ ← w
     penalty = sfl_penalty(
         model, message.content[PERSONAL].to_torch_state_dict(),

@@ -30,12 +30,8 @@ from server_app.reporting import RunRecorder
 from strategies.clients import ClientGrid
 from strategies.contracts.provenance import code_fingerprint
 from strategies.contracts.run import RunConfig
-from strategies.messages import (
-    METRICS,
-    EvaluateInstructions,
-    EvaluateReply,
-    TrainInstructions,
-)
+from strategies.messages import METRICS, EvaluateInstructions, EvaluateReply, TrainInstructions
+from strategies.registry import known_record_names
 from strategies.reporter import MethodReporter
 from strategies.validation import ReplyValidator
 
@@ -105,7 +101,7 @@ class FederationRunner:
         self.strategy = strategy
         self.recorder = recorder
         self.clients = ClientGrid(grid, cfg.num_clients, code_fingerprint(),
-                                  ReplyValidator(cfg.max_update_norm))
+                                  ReplyValidator(cfg.max_update_norm, known_record_names()))
         self.latest: dict[int, dict[str, Any]] = {}  # client id -> last evaluation metrics
         self.bytes_total: dict[int, list[int]] = {c: [0, 0] for c in range(cfg.num_clients)}
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
-from strategies.messages import CONFIG, GLOBAL, METRICS, MODEL, PERSONAL, TRAIN_DITTO
+from strategies.contracts.ditto import TRAIN_DITTO, DittoTrain
+from strategies.messages import CONFIG, GLOBAL, METRICS, MODEL, PERSONAL
 from strategies.personalized import PersonalizedStrategy
 
 
@@ -24,10 +25,10 @@ class Ditto(PersonalizedStrategy):
         self._updates: list[tuple[torch.Tensor, float]] = []
 
     def train_content(self, client: int, arrays: ArrayRecord, config: ConfigRecord) -> RecordDict:
-        ditto = ConfigRecord(dict(config))
-        ditto["ditto-lambda"] = self.lam
-        ditto["personal-epochs"] = self.personal_epochs
-        return RecordDict({GLOBAL: arrays, PERSONAL: self.personal_arrays(client), CONFIG: ditto})
+        ditto = DittoTrain.extending(config, ditto_lambda=self.lam,
+                                     personal_epochs=self.personal_epochs)
+        return RecordDict({GLOBAL: arrays, PERSONAL: self.personal_arrays(client),
+                           CONFIG: ditto.config()})
 
     def absorb(self, client: int, content: RecordDict) -> None:
         super().absorb(client, content)

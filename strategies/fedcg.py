@@ -52,6 +52,22 @@ from datasets.sources import SOURCE_INFO
 from models import build_model
 from models.fedcg import DomainClassifier, FedCGModel
 from strategies.clients import ClientGrid
+from strategies.contracts.fedcg import (
+    ADJACENCY,
+    EVALUATE_FEDCG,
+    FEDCG_METRICS,
+    GRAPH,
+    QUERY_FEDCG_BALANCE,
+    STUDENT,
+    TEACHER,
+    TEACHER_LABELLING,
+    TRAIN_FEDCG,
+    FedCGBalanceReply,
+    FedCGBalanceRequest,
+    FedCGEvaluateCounts,
+    FedCGTrain,
+    FedCGTrainReply,
+)
 from strategies.domain_balance import (
     Labelling,
     scaled_offsets,
@@ -61,25 +77,12 @@ from strategies.domain_balance import (
 )
 from strategies.graph import pairwise_row_distances
 from strategies.messages import (
-    ADJACENCY,
     CONFIG,
-    EVALUATE_FEDCG,
-    FEDCG_METRICS,
-    GRAPH,
     METRICS,
     MODEL,
     PERSONAL,
-    QUERY_FEDCG_BALANCE,
-    STUDENT,
-    TEACHER,
-    TEACHER_LABELLING,
-    TRAIN_FEDCG,
     TRAIN_LOCAL,
     EvaluateReply,
-    FedCGBalanceReply,
-    FedCGBalanceRequest,
-    FedCGEvaluateCounts,
-    FedCGTrainReply,
     TrainReply,
 )
 from strategies.params import ParameterLayout
@@ -378,19 +381,15 @@ class FedCG(Strategy, MethodReporter):
             return []
         size = max(int(len(self.train_clients) * self.cfg.fraction_train), 1)
         sampled = sorted(random.sample(candidates, min(size, len(candidates))))
-        config["domain-lr"] = s.domain_lr
-        config["num-domains"] = s.domains
-        if s.clustering == "oracle":
-            config["true-domains"] = True
+        train = FedCGTrain.extending(config, domain_lr=s.domain_lr,
+                                     true_domains=s.clustering == "oracle")
         records = {MODEL: self.model, STUDENT: self.student, GRAPH: self.graph_record()}
         if s.clustering == "clf":
             records.update(self.teacher_records())
         messages = []
         for client in sampled:
-            client_config = config
-            if self.client_domain is not None:
-                client_config = ConfigRecord(dict(config))
-                client_config["client-domain"] = self.client_domain[client]
+            client_config = train.config() if self.client_domain is None else train.model_copy(
+                update={"client_domain": self.client_domain[client]}).config()
             messages.append(Message(RecordDict({**records, CONFIG: client_config}), dst_node_id=client,
                                     message_type=TRAIN_FEDCG))
         return messages
@@ -450,7 +449,6 @@ class FedCG(Strategy, MethodReporter):
         """`evaluate.fedcg` to every test client: `model`, `student`, `teacher` (for the report), A."""
         self._bind(arrays, grid)
         config["server-round"] = server_round
-        config["soft"] = self.settings.soft
         self.update_labelling(grid)
         records = {MODEL: self.model, STUDENT: self.student, GRAPH: self.graph_record(),
                    **self.teacher_records(), CONFIG: config}

@@ -30,14 +30,33 @@ import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 
 from models.gnn import (
-    DenseGCN, GCNEncoder, StructureLearner, denoising_loss, denoising_mask, symmetric_normalize,
+    DenseGCN,
+    GCNEncoder,
+    StructureLearner,
+    denoising_loss,
+    denoising_mask,
+    symmetric_normalize,
+)
+from strategies.contracts.fedska import (
+    DESCRIPTOR,
+    GRAD,
+    GRAD_G,
+    GRAPH_TARGET,
+    H_C,
+    H_G,
+    HEAD,
+    QUERY_SKA_EMBED,
+    QUERY_SKA_GRAD,
+    SLOT_ENCODING,
+    SLOT_FEATURES,
+    SLOT_P,
+    TRAIN_FEDSKA,
+    FedSKATrain,
+    SlotInstructions,
+    SlotReply,
 )
 from strategies.graph import structure_share
-from strategies.messages import (
-    CONFIG, DESCRIPTOR, GLOBAL, GRAD, GRAD_G, GRAPH_TARGET, H_C, H_G, HEAD, METRICS, MODEL,
-    PERSONAL, QUERY_SKA_EMBED, QUERY_SKA_GRAD, SLOT_ENCODING, SLOT_FEATURES, SLOT_P, TRAIN_FEDSKA,
-    SlotInstructions, SlotReply,
-)
+from strategies.messages import CONFIG, GLOBAL, METRICS, MODEL, PERSONAL
 from strategies.personalized import PersonalizedStrategy, weighted_mean
 
 if TYPE_CHECKING:
@@ -149,13 +168,13 @@ class FedSKA(PersonalizedStrategy):
     # --- messages -----------------------------------------------------------------------------
     def train_content(self, client: int, arrays: ArrayRecord, config: ConfigRecord) -> RecordDict:
         """`train.fedska`: `global` w̄, `graph_target` {h_g: [L, d]} once the client has H^g, λ_S, L."""
-        ska = ConfigRecord(dict(config))
-        ska["lambda-s"] = self.settings.lambda_s
         records: dict[str, Any] = {GLOBAL: arrays}
+        slots = None
         if self.encodings is not None and bool(self.embedded[client]):
-            ska["num-slots"] = self.num_slots
+            slots = self.num_slots
             records[GRAPH_TARGET] = ArrayRecord({H_G: _array(self.encodings[:, client, :])})
-        records[CONFIG] = ska
+        records[CONFIG] = FedSKATrain.extending(config, lambda_s=self.settings.lambda_s,
+                                                num_slots=slots).config()
         return RecordDict(records)
 
     def absorb(self, client: int, content: RecordDict) -> None:
@@ -345,8 +364,8 @@ class FedSKA(PersonalizedStrategy):
     def report(self, directory: Path, truth: Partition | None) -> dict[str, Any]:
         """graph.npy/.png = S of the last round; graphs/round-NNN.png = S of every round and
         learned-graphs.npy (K ≤ 256); summary: losses, shares, bytes by phase."""
-        from strategies.reporter import save_matrix
         from strategies.graph import graph_display_order
+        from strategies.reporter import save_matrix
 
         reference = self.reference
         if reference is None and truth is not None:

@@ -41,11 +41,11 @@ from strategies.neighbourhood import NeighbourhoodModels
 from strategies.relatedness import (
     adjusted_rand, cluster_adjacency, connected_components, set_distances, threshold_adjacency, umap_embed, umap_place, ward_clusters,
 )
-from strategies.messages import (
-    AUTOENCODER, CENTROIDS, CENTROIDS_MU, CONFIG, ENCODER, METRICS, PERSONAL, QUERY_FLT_EMBED,
-    TRAIN_FLT_AE, TRAIN_LOCAL, AutoencoderInstructions, AutoencoderReply, EmbedInstructions,
-    EmbedReply,
+from strategies.contracts.flt import (
+    AUTOENCODER, CENTROIDS, CENTROIDS_MU, ENCODER, QUERY_FLT_EMBED, TRAIN_FLT_AE,
+    AutoencoderInstructions, AutoencoderReply, EmbedInstructions, EmbedReply
 )
+from strategies.messages import CONFIG, METRICS, PERSONAL, TRAIN_LOCAL
 from strategies.params import ParameterLayout
 from strategies.personalized import PersonalizedStrategy, weighted_mean
 

@@ -28,9 +28,8 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 
 from strategies.clients import ClientGrid
 from strategies.clustered import UNASSIGNED, ClusteredStrategy, ModelInit, cluster_means
-from strategies.messages import (
-    CONFIG, EVALUATE, EVALUATE_IFCA, METRICS, MODEL, TRAIN_IFCA, TrainReply, cluster_model,
-)
+from strategies.contracts.ifca import EVALUATE_IFCA, TRAIN_IFCA, cluster_model
+from strategies.messages import CONFIG, EVALUATE, METRICS, MODEL, TrainReply
 
 
 class IFCA(ClusteredStrategy):

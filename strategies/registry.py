@@ -11,6 +11,7 @@ stays cheap and pulls in no server-side dependency (scipy, scikit-learn, numba, 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -86,6 +87,17 @@ def robust_methods() -> tuple[str, ...]:
     """Methods whose global part can be aggregated robustly (`aggregation`); the others aggregate
     over a graph or clusters, where a coordinate-wise median of all clients has no meaning."""
     return tuple(name for name, m in METHODS.items() if m.robust)
+
+
+def known_record_names() -> frozenset[str]:
+    """Every record name the contracts define: the shared messages' and each registered method's
+    contract module's (the module of its settings), for reply validation."""
+    from strategies import messages
+    from strategies.validation import record_names
+
+    modules = {messages, *(sys.modules[m.settings.__module__] for m in METHODS.values()
+                           if m.settings is not None)}
+    return frozenset(name for module in modules for name in record_names(module))
 
 
 def build_strategy(cfg: RunConfig) -> Strategy:

@@ -27,14 +27,19 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
 from strategies.clients import ClientGrid
+from strategies.contracts.sfl import TRAIN_SFL, SFLTrain
 from strategies.gcn import GCNPropagation
 from strategies.graph import (
-    fresh_graph, row_normalize, structure_share, true_structure, uniform_share,
+    fresh_graph,
+    row_normalize,
+    structure_share,
+    true_structure,
+    uniform_share,
 )
-from strategies.priors import check_adjacency, read_adjacency
 from strategies.graph_learner import GraphLearner, blend
-from strategies.messages import CONFIG, GLOBAL, MODEL, PERSONAL, TRAIN_SFL
+from strategies.messages import CONFIG, GLOBAL, MODEL, PERSONAL
 from strategies.personalized import PersonalizedStrategy
+from strategies.priors import check_adjacency, read_adjacency
 
 if TYPE_CHECKING:
     from datasets.partition import Partition
@@ -98,12 +103,10 @@ class SFL(PersonalizedStrategy):
     def train_content(self, client: int, arrays: ArrayRecord, config: ConfigRecord) -> RecordDict:
         """`train.sfl`: ArrayRecords `global` (w) and `personal` (u_i), λ1, λ2 and reg-grad (§3)."""
         s = self.settings
-        sfl = ConfigRecord(dict(config))
-        sfl["lambda-personal"] = s.lambda_personal
-        sfl["lambda-global"] = s.lambda_global
-        sfl["reg-grad"] = s.reg_grad
-        sfl["start"] = s.start
-        return RecordDict({GLOBAL: arrays, PERSONAL: self.personal_arrays(client), CONFIG: sfl})
+        sfl = SFLTrain.extending(config, lambda_personal=s.lambda_personal,
+                                 lambda_global=s.lambda_global, reg_grad=s.reg_grad, start=s.start)
+        return RecordDict({GLOBAL: arrays, PERSONAL: self.personal_arrays(client),
+                           CONFIG: sfl.config()})
 
     def absorb(self, client: int, content: RecordDict) -> None:
         """V_i ← v_i, the model the client trained (`model`); with `gl-features=updates` also the

@@ -21,6 +21,7 @@ Checks, in order (the first failure is reported):
 from __future__ import annotations
 
 import math
+from types import ModuleType
 from collections.abc import Mapping
 
 import numpy as np
@@ -37,12 +38,12 @@ def is_model_record(name: str) -> bool:
     return name in MODEL_RECORDS or name.startswith("cluster-")
 
 
-def known_record_names() -> frozenset[str]:
-    """Every record name the message contract defines (upper-case str constants of `messages`)."""
-    names = {value for key, value in vars(contract).items()
-             if key.isupper() and isinstance(value, str) and "." not in value}
-    return frozenset(names - {value for key, value in vars(contract).items()
-                              if key.startswith(("TRAIN", "EVALUATE", "QUERY", "IDENTIFY"))})
+def record_names(module: ModuleType) -> set[str]:
+    """The record names a contract module defines: its upper-case str constants other than message
+    types."""
+    return {value for key, value in vars(module).items()
+            if key.isupper() and isinstance(value, str) and "." not in value
+            and not key.startswith(("TRAIN", "EVALUATE", "QUERY", "IDENTIFY"))}
 
 
 def _structure(record: ArrayRecord) -> dict[str, tuple[tuple[int, ...], str]]:
@@ -59,11 +60,12 @@ def _distance(a: ArrayRecord, b: ArrayRecord) -> float:
 class ReplyValidator:
     """Checks replies against the request they answer and what each client declared about itself."""
 
-    def __init__(self, max_update_norm: float = 0.0) -> None:
+    def __init__(self, max_update_norm: float = 0.0, known: frozenset[str] | None = None) -> None:
         self.max_update_norm = max_update_norm
         self.train_sizes: dict[int, int] = {}  # client id -> declared train-set size
         self.test_sizes: dict[int, int] = {}
-        self.known = known_record_names()
+        # record names a reply may carry: the shared contract's, plus the methods' (registry)
+        self.known = known if known is not None else frozenset(record_names(contract))
 
     def declare(self, client: int, train_size: int, test_size: int) -> None:
         self.train_sizes[client] = train_size

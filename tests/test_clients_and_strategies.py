@@ -6,6 +6,7 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 
 from client_app.app import app as client_app
+from builders import train_config
 from strategies.contracts.run import RunConfig
 from server_app.harness.local_grid import LocalGrid
 from strategies.contracts.provenance import code_fingerprint
@@ -145,7 +146,7 @@ def test_ditto_sends_lambda_and_personal_epochs():
     arrays, layout = _layout_and_rows()
     strategy = Ditto(num_clients=2, fraction_train=1.0, lam=0.3, personal_epochs=2)
     strategy.layout, strategy.personal = layout, layout.matrix(arrays, 2)
-    content = strategy.train_content(0, arrays, ConfigRecord({"lr": 0.1}))
+    content = strategy.train_content(0, arrays, train_config())
     assert content[CONFIG]["ditto-lambda"] == 0.3
     assert content[CONFIG]["personal-epochs"] == 2
     assert set(content.array_records) == {"global", "personal"}

@@ -23,7 +23,8 @@ from strategies.fedcg import (
     FedCG, inverse_distance_adjacency, nmi_from_counts, random_adjacency, uniform_adjacency,
 )
 from strategies.fedavg import TrainClientsOnly
-from strategies.messages import METRICS, MODEL, STUDENT, FedCGTrainReply
+from strategies.contracts.fedcg import STUDENT, FedCGTrainReply
+from strategies.messages import METRICS, MODEL
 from strategies.registry import build_strategy
 
 D = 4

@@ -21,10 +21,11 @@ from strategies.contracts.run import RunConfig
 from strategies.contracts.run import default_run_config
 from strategies.domain_balance import Labelling, logit_moments, soft_marginals
 from strategies.fedcg import FedCG, inverse_distance_adjacency
-from strategies.messages import (
-    CONFIG, METRICS, MODEL, QUERY_FEDCG_BALANCE, STUDENT, TEACHER, TEACHER_LABELLING, FedCGBalanceReply,
-    FedCGBalanceRequest, FedCGTrainReply, with_client,
+from strategies.contracts.fedcg import (
+    QUERY_FEDCG_BALANCE, STUDENT, TEACHER, TEACHER_LABELLING, FedCGBalanceReply,
+    FedCGBalanceRequest, FedCGTrainReply
 )
+from strategies.messages import CONFIG, METRICS, MODEL, with_client
 from tests.test_fedcg import _literal_layer
 
 D = 4

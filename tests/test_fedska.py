@@ -26,10 +26,11 @@ from server_app.harness.simulate import simulate
 from strategies.contracts.run import default_run_config
 from strategies.fedska import StructureModel, encoder_gradient_step
 from strategies.graph import share_on_edges
-from strategies.messages import (
-    CLIENT, CONFIG, GLOBAL, GRAD, GRAD_G, H_G, HEAD, METRICS, QUERY_SKA_EMBED, QUERY_SKA_GRAD,
-    SLOT_ENCODING, SLOT_FEATURES, SLOT_P, ClientAddress, SlotInstructions,
+from strategies.contracts.fedska import (
+    GRAD, GRAD_G, H_G, HEAD, QUERY_SKA_EMBED, QUERY_SKA_GRAD, SLOT_ENCODING, SLOT_FEATURES, SLOT_P,
+    SlotInstructions
 )
+from strategies.messages import CLIENT, CONFIG, GLOBAL, METRICS, ClientAddress
 from strategies.registry import build_strategy
 
 

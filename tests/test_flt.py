@@ -22,9 +22,10 @@ from server_app.harness.simulate import simulate
 from strategies.contracts.run import default_run_config
 from strategies.flt import FLT, form_client_relatedness, place_client, server_held_images
 from strategies.local import Local
-from strategies.messages import (
-    AUTOENCODER, CENTROIDS, CENTROIDS_MU, CLIENT, ENCODER, METRICS, QUERY_FLT_EMBED, TRAIN_FLT_AE,
+from strategies.contracts.flt import (
+    AUTOENCODER, CENTROIDS, CENTROIDS_MU, ENCODER, QUERY_FLT_EMBED, TRAIN_FLT_AE
 )
+from strategies.messages import CLIENT, METRICS
 
 
 # --- the autoencoder ------------------------------------------------------------------------------

@@ -24,9 +24,9 @@ from strategies.clients import ClientGrid
 from strategies.fedsem import FedSEM, kmeans, kmeans_plus_plus
 from strategies.clustered import seeded_models
 from strategies.ifca import IFCA
+from strategies.contracts.ifca import EVALUATE_IFCA, TRAIN_IFCA, cluster_model
 from strategies.messages import (
-    CONFIG, EVALUATE_IFCA, METRICS, MODEL, PERSONAL, TRAIN_IFCA, EvaluateInstructions,
-    TrainInstructions, cluster_model,
+    CONFIG, METRICS, MODEL, PERSONAL, EvaluateInstructions, TrainInstructions
 )
 from strategies.params import ParameterLayout
 

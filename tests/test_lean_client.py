@@ -24,8 +24,9 @@ for name in ("run_id", "node_id", "task_id"):
     setattr(TaskIdentity, name, 1)
 from client_app.app import app
 from models import build_model
-from strategies.messages import (CLIENT, CONFIG, GLOBAL, METRICS, ClientAddress,
-                                 EvaluateInstructions, TrainInstructions)
+from strategies.messages import (
+    CLIENT, CONFIG, GLOBAL, METRICS, ClientAddress, EvaluateInstructions, TrainInstructions
+)
 import tomllib
 table = tomllib.load(open("pyproject.toml", "rb"))["tool"]["flwr"]["app"]["config"]
 run_config = {f"{k}.{n}" if isinstance(v, dict) else k: item for k, v in table.items()

@@ -6,9 +6,10 @@ import json
 import numpy as np
 import pytest
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, Context, MetricRecord, RecordDict
 
 from client_app.sfl import sfl_penalty
+from builders import train_config
 from strategies.contracts.base import ConfigError
 from strategies.contracts.run import RunConfig
 from server_app.harness.simulate import simulate
@@ -17,7 +18,8 @@ from strategies.gcn import GCNPropagation, gcn_operator, gcn_propagate
 from strategies.graph import knn_graph, row_normalize, share_on_edges, top_k_per_row
 from strategies.priors import check_adjacency, read_adjacency
 from strategies.graph_learner import GraphConstructor, GraphLearner, blend, graph_target
-from strategies.messages import CONFIG, GLOBAL, METRICS, MODEL, PERSONAL, TRAIN_SFL
+from strategies.contracts.sfl import TRAIN_SFL
+from strategies.messages import CONFIG, GLOBAL, METRICS, MODEL, PERSONAL
 from strategies.params import ParameterLayout
 from strategies.registry import build_strategy
 from strategies.sfl import SFL, prior_graph
@@ -415,7 +417,7 @@ def test_server_step_keeps_stale_rows_propagates_and_reads_out_the_mean(tiny_run
 def test_train_message_carries_global_personal_and_the_pull_settings(tiny_run):
     strategy, arrays, _ = _strategy(tiny_run, np.eye(3), **{"sfl.reg-grad": False,
                                                             "sfl.lambda-personal": 0.1})
-    content = strategy.train_content(0, arrays, ConfigRecord({"lr": 0.1}))
+    content = strategy.train_content(0, arrays, train_config())
     assert set(content.array_records) == {GLOBAL, PERSONAL}
     assert content[CONFIG]["lambda-personal"] == 0.1
     assert content[CONFIG]["lambda-global"] == 0.3
@@ -502,7 +504,7 @@ def test_the_knn_learner_links_every_client_to_its_nearest_models():
 
 def test_clients_start_from_u_i_with_start_personal(tiny_run):
     strategy, arrays, _ = _strategy(tiny_run, np.eye(3), **{"sfl.start": "personal"})
-    content = strategy.train_content(0, arrays, ConfigRecord({"lr": 0.1}))
+    content = strategy.train_content(0, arrays, train_config())
     assert content[CONFIG]["start"] == "personal"
 
 

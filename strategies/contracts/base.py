@@ -7,7 +7,13 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
 
 from flwr.app import ConfigRecord, MetricRecord
-from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 
 class ConfigError(ValueError):
@@ -84,6 +90,11 @@ class Record(Settings):
     def read(cls: type[Contract], record: Any) -> Contract:
         """Parse a received ConfigRecord or MetricRecord."""
         return cls.model_validate(dict(record))
+
+    @classmethod
+    def extending(cls: type[Contract], record: Any, **fields: Any) -> Contract:
+        """This (extended) contract from a received or built record of its base plus `fields`."""
+        return cls.model_validate({**dict(record), **fields})
 
     def values(self) -> dict[str, Any]:
         return self.model_dump(by_alias=True, exclude_none=True)

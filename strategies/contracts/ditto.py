@@ -1,10 +1,11 @@
-"""Ditto: its settings (`ditto.*` run-config keys)."""
+"""Ditto: its settings (`ditto.*` run-config keys) and the messages only it sends."""
 
 from __future__ import annotations
 
 from pydantic import Field
 
 from strategies.contracts.base import MethodSettings
+from strategies.messages import TrainInstructions
 
 
 class DittoSection(MethodSettings):
@@ -12,3 +13,14 @@ class DittoSection(MethodSettings):
 
     lambda_: float = Field(0.1, ge=0.0)
     personal_epochs: int = Field(1, ge=1)
+
+
+# --- messages -------------------------------------------------------------------------------
+TRAIN_DITTO = "train.ditto"
+
+
+class DittoTrain(TrainInstructions):
+    """`train.ditto`: λ of the personal model's pull (λ/2)·||v − w||² and its local epochs."""
+
+    ditto_lambda: float = Field(ge=0.0)
+    personal_epochs: int = Field(ge=1)

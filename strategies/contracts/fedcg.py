@@ -1,4 +1,4 @@
-"""FedCG: its settings (`fedcg.*` run-config keys)."""
+"""FedCG: its settings (`fedcg.*` run-config keys) and the messages only it sends."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from strategies.contracts.base import MethodSettings
+from strategies.contracts.base import MethodSettings, Record
+from strategies.messages import TrainInstructions
 
 
 class FedCGSection(MethodSettings):
@@ -56,7 +57,9 @@ class FedCGSection(MethodSettings):
         """FedCG needs an image model with conv layers, the 1-layer GCN a small enough layer, and the
         oracle control the true domains of a `domains` partition."""
         from datasets.federated import dataset_info
-        from models.fedcg import fedcg_layer_sizes  # torch models: imported only when needed
+        from models.fedcg import (
+            fedcg_layer_sizes,  # torch models: imported only when needed
+        )
 
         convs = ("cnn", "leaf-cnn", "resnet9")
         if cfg.model not in convs:
@@ -85,3 +88,75 @@ class FedCGSection(MethodSettings):
         return FedCGSpec(num_domains=self.domains, layers=self.layers, gcn_layers=self.gcn_layers,
                          bottleneck=self.bottleneck, use_w=self.use_w, relu=self.relu,
                          residual=self.residual, lambda_init=self.lambda_init)
+
+
+# --- messages -------------------------------------------------------------------------------
+STUDENT = "student"  # FedCG: the student domain classifier ϕ, down and up
+TEACHER = "teacher"  # FedCG: the frozen teacher domain classifier φ, sent down
+GRAPH = "graph"  # FedCG: the domain graph, sent down with the model
+ADJACENCY = "adjacency"  # the one array of GRAPH: float32 [D, D], rows sum to 1
+FEDCG_METRICS = "fedcg-metrics"  # FedCG: an evaluation reply's domain counts (MetricRecord)
+TEACHER_LABELLING = "teacher_labelling"  # FedCG: how the teacher's logits become pseudo-domains
+# (float64 `mean`, `scale`, `offset` [D] and `temperature` [1]; strategies.domain_balance.Labelling)
+TRAIN_FEDCG = "train.fedcg"  # FedCG: pseudo-domains by the teacher, train model and student
+EVALUATE_FEDCG = "evaluate.fedcg"  # FedCG: test with the student's (soft) domain weights
+QUERY_FEDCG_BALANCE = "query.fedcg_balance"  # FedCG: per-domain sums of a client's teacher logits
+
+
+class FedCGTrainReply(Record):
+    """Metrics of a `train.fedcg` reply: the main model's and the student's mean losses, the share of
+    local samples where the received student agrees with the teacher, and per-domain sample counts
+    of the pseudo-domains used for training (`domain-counts`) and of the received student's argmax.
+    `truth-counts` / `student-truth-counts` (flattened [G, D], where the client knows each image's
+    true domain g: reporting only) split those counts by true domain for a per-image NMI."""
+
+    num_examples: int = Field(ge=0)
+    train_loss: float
+    student_loss: float
+    student_agreement: float = Field(ge=0.0, le=1.0)
+    domain_counts: list[int]
+    student_counts: list[int]
+    truth_counts: list[int] | None = None
+    student_truth_counts: list[int] | None = None
+    cuda: int | None = Field(None, ge=0, le=1)  # the device it trained on: 1 a CUDA GPU, 0 the CPU
+
+
+class FedCGBalanceRequest(Record):
+    """`query.fedcg_balance`: which statistic of the teacher's logits on the training images the
+    server needs: `moments` (per-domain Σ z and Σ z²) or `marginals` (Σ softmax of the scores under
+    the `teacher_labelling` record sent along, and the hard counts of their argmax)."""
+
+    statistic: str = Field(pattern="^(moments|marginals)$")
+
+
+class FedCGBalanceReply(Record):
+    """Metrics of a `query.fedcg_balance` reply: n_k and D floats per requested sum."""
+
+    num_examples: int = Field(ge=0)
+    logit_sum: list[float] | None = None
+    logit_square_sum: list[float] | None = None
+    soft_sum: list[float] | None = None
+    hard_counts: list[int] | None = None
+
+
+class FedCGEvaluateCounts(Record):
+    """`fedcg-metrics` of an `evaluate.fedcg` reply: per-domain counts of the test samples' student
+    and teacher argmax (for the domain histogram and NMI against true domains), and the correct
+    predictions under soft and under hard (argmax) domain weights (the reply's `correct` is the
+    configured one's). `truth-counts`: the student's counts split by true domain (flattened [G, D])."""
+
+    student_counts: list[int]
+    teacher_counts: list[int]
+    soft_correct: float = Field(ge=0)
+    hard_correct: float = Field(ge=0)
+    truth_counts: list[int] | None = None
+
+
+class FedCGTrain(TrainInstructions):
+    """`train.fedcg`: the student's learning rate, and which pseudo-domains the client trains with:
+    the teacher's (default), its K-means cluster (`client-domain`, clustering=kmeans) or each image's
+    true domain (`true-domains`, clustering=oracle)."""
+
+    domain_lr: float = Field(gt=0.0)
+    client_domain: int | None = Field(None, ge=0)
+    true_domains: bool = False

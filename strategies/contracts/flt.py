@@ -1,4 +1,4 @@
-"""FLT: its settings (`flt.*` run-config keys)."""
+"""FLT: its settings (`flt.*` run-config keys) and the messages only it sends."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from strategies.contracts.base import MethodSettings
+from strategies.contracts.base import MethodSettings, Record
 
 
 class FLTSection(MethodSettings):
@@ -26,3 +26,46 @@ class FLTSection(MethodSettings):
     pretrain_epochs: int = Field(5, ge=1)
     umap_neighbors: int = Field(15, ge=2)  # n_neighbors = min(this, Σk − 1)
     fresh_only: bool = False  # average only the neighbours trained this round (spec: stale included)
+
+
+# --- messages -------------------------------------------------------------------------------
+AUTOENCODER = "autoencoder"  # FLT: the convolutional autoencoder (encoder + decoder), down and up
+ENCODER = "encoder"  # FLT: the encoder G alone, sent down for Form Client Relatedness
+CENTROIDS = "centroids"  # FLT: a client's k-means centroids of its codes, sent up
+CENTROIDS_MU = "mu"  # the one array of CENTROIDS: float32 [k, e]
+TRAIN_FLT_AE = "train.flt_ae"  # FLT phase 1: federated autoencoder round
+QUERY_FLT_EMBED = "query.flt_embed"  # FLT phase 2: encode local data, reply k-means centroids
+
+
+class AutoencoderInstructions(Record):
+    """`train.flt_ae` (FLT phase 1): F epochs of reconstruction MSE with Adam on the local data."""
+
+    ae_round: int = Field(ge=1)
+    epochs: int = Field(ge=1)
+    lr: float = Field(gt=0.0)
+    batch_size: int = Field(ge=1)
+    latent_dim: int = Field(ge=1)
+    seed: int = Field(ge=0)
+
+
+class AutoencoderReply(Record):
+    """Metrics of a `train.flt_ae` reply; `num-examples` weights the FedAvg of the autoencoders."""
+
+    num_examples: int = Field(ge=0)
+    recon_loss: float
+
+
+class EmbedInstructions(Record):
+    """`query.flt_embed` (FLT phase 2): encode the local train split, reply k k-means centroids
+    (k-mode `fixed`: k; `local-labels`: min(k, number of distinct local labels))."""
+
+    k: int = Field(ge=1)
+    k_mode: str = Field(pattern="^(fixed|local-labels)$")
+    kmeans_seed: int = Field(ge=0)
+    latent_dim: int = Field(ge=1)
+
+
+class EmbedReply(Record):
+    """The only metric of a `query.flt_embed` reply (beside the `centroids` record)."""
+
+    num_examples: int = Field(ge=0)

@@ -15,7 +15,14 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from datasets.federated import DataSpec
 from datasets.partition import PARTITION_SCHEMES, PartitionSpec
@@ -23,9 +30,13 @@ from datasets.sources import SOURCE_NAMES, dataset_task
 from models import MODEL_NAMES, SEQUENCE_MODELS
 from strategies import registry
 from strategies.contracts.base import (
-    ConfigError, MethodSettings, Settings, allowed_keys, describe, kebab,
+    ConfigError,
+    MethodSettings,
+    Settings,
+    allowed_keys,
+    describe,
+    kebab,
 )
-
 
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"  # the app's defaults
 _CHOICES = {"dataset": SOURCE_NAMES, "partition": PARTITION_SCHEMES, "model": MODEL_NAMES}

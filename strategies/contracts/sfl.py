@@ -1,4 +1,4 @@
-"""SFL / SFL*: its settings (`sfl.*` run-config keys)."""
+"""SFL / SFL*: its settings (`sfl.*` run-config keys) and the messages only it sends."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from strategies.contracts.base import GraphFileRule
+from strategies.messages import TrainInstructions
 
 
 class SFLSection(GraphFileRule):
@@ -42,3 +43,16 @@ class SFLSection(GraphFileRule):
     gl_target: Literal["similarity", "distance"] = "similarity"
     gl_symmetric: bool = True  # export topk(A_L) + its transpose (reference: false)
     gl_self_loops: bool = True  # add self-loops to the exported graph (reference: false)
+
+
+# --- messages -------------------------------------------------------------------------------
+TRAIN_SFL = "train.sfl"  # SFL / SFL*: train from `global` with pulls toward `global` and `personal`
+
+
+class SFLTrain(TrainInstructions):
+    """`train.sfl`: the local step's pulls λ1·||θ − u_i||_2 + λ2·||θ − w||_2 and where θ starts."""
+
+    lambda_personal: float = Field(ge=0.0)  # λ1
+    lambda_global: float = Field(ge=0.0)  # λ2
+    reg_grad: bool  # the pulls carry gradients (false = reference code: constants)
+    start: Literal["global", "personal"]  # θ starts from w (spec) or from u_i
