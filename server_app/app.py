@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -14,11 +15,12 @@ from datasets.federated import load_partition
 from datasets.partition import Partition
 from datasets.sources import SOURCE_INFO, DataNotFoundError
 from models import build_model
+from server_app.callbacks import RunCallback
 from server_app.checkpoint import CheckpointStore
-from strategies.contracts.base import ConfigError
-from strategies.contracts.run import RunConfig
 from server_app.reporting import RunRecorder
 from server_app.runner import FederationRunner
+from strategies.contracts.base import ConfigError
+from strategies.contracts.run import RunConfig
 from strategies.registry import build_strategy
 
 log = logging.getLogger("flwr.bouquet")
@@ -74,8 +76,10 @@ def check_run_directory(cfg: RunConfig, directory: Path, checkpoints: Checkpoint
                           "set output-dir to a writable folder") from None
 
 
-def run(grid: Grid, cfg: RunConfig, connect_timeout: float = 300.0) -> dict:
-    """Run a whole federation; returns the summary that was also written to summary.json."""
+def run(grid: Grid, cfg: RunConfig, connect_timeout: float = 300.0,
+        callbacks: Sequence[RunCallback] = ()) -> dict:
+    """Run a whole federation; returns the summary that was also written to summary.json.
+    `callbacks`: more cross-cutting work around the rounds (`server_app.callbacks.RunCallback`)."""
     directory = run_directory(cfg)
     log.info("Bouquet: method=%s dataset=%s partition=%s clients=%d rounds=%d → %s", cfg.method,
              cfg.dataset, cfg.partition, cfg.num_clients, cfg.num_rounds, directory)
@@ -83,7 +87,8 @@ def run(grid: Grid, cfg: RunConfig, connect_timeout: float = 300.0) -> dict:
     checkpoints = CheckpointStore(directory / "checkpoints")
     check_run_directory(cfg, directory, checkpoints)
     recorder = RunRecorder(directory, cfg.flat(), fresh=not cfg.resume)
-    runner = FederationRunner(grid, cfg, strategy, recorder, ground_truth(cfg), checkpoints)
+    runner = FederationRunner(grid, cfg, strategy, recorder, ground_truth(cfg), checkpoints,
+                              callbacks)
     runner.connect(timeout=connect_timeout)
     summary = runner.run(initial_arrays(cfg), resume=cfg.resume)
     recorder.finish(summary.pop("clients"), summary)

@@ -14,25 +14,36 @@ import logging
 import random
 import statistics
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import torch
 from flwr.app import ArrayRecord, Message
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from datasets.partition import Partition
 from datasets.sources import dataset_task
+from server_app.callbacks import (
+    Checkpointing,
+    MethodReport,
+    RoundLog,
+    RunCallback,
+    TrafficCount,
+)
 from server_app.checkpoint import CheckpointStore
 from server_app.metrics import accuracy_summary, regression_summary
 from server_app.reporting import RunRecorder
 from strategies.clients import ClientGrid
 from strategies.contracts.provenance import code_fingerprint
 from strategies.contracts.run import RunConfig
-from strategies.messages import METRICS, EvaluateInstructions, EvaluateReply, TrainInstructions
+from strategies.messages import (
+    METRICS,
+    EvaluateInstructions,
+    EvaluateReply,
+    TrainInstructions,
+)
 from strategies.registry import known_record_names
-from strategies.reporter import MethodReporter
 from strategies.validation import ReplyValidator
 
 log = logging.getLogger("flwr.bouquet")
@@ -42,15 +53,6 @@ log = logging.getLogger("flwr.bouquet")
 # regression (traffic errors, see `regression_record`).
 RESULT_KEYS = ("personalized", "global-accuracy", "finetuned",
                "regression", "global-regression", "finetuned-regression")
-
-
-# Settings that may differ between a checkpointed run and its resumption.
-RESUMABLE_CHANGES = ("resume", "num-rounds", "round-timeout", "client-threads", "checkpoint-every",
-                     "eval-every", "max-update-norm", "fuse-evaluate")
-
-
-class ResumeError(RuntimeError):
-    """A checkpoint that cannot continue this run (different settings, beyond num-rounds)."""
 
 
 class ClientsUnavailableError(RuntimeError):
@@ -87,14 +89,14 @@ def train_devices(replies: list[Message]) -> dict[str, dict[str, int]]:
 
 
 class FederationRunner:
-    """Runs one federation. Optional strategy hooks, called when a strategy defines them:
-    `round_report(server_round) -> dict` (merged into that round's rounds.jsonl line) and
-    `report(directory, truth: Partition | None) -> dict` (artifacts such as learned graphs; the dict
-    is merged into summary.json). `truth` is the partition's ground truth, for reporting only.
-    """
+    """Runs one federation: the round loop and every exchange with the clients. Cross-cutting work
+    is done by callbacks (`server_app.callbacks`): the method's report (`MethodReporter`: per-round
+    fields and final artifacts; `truth` is the partition's ground truth, for reporting only), byte
+    counts, the round log and checkpoints."""
 
     def __init__(self, grid: Grid, cfg: RunConfig, strategy: Strategy, recorder: RunRecorder,
-                 truth: Partition | None = None, checkpoints: CheckpointStore | None = None):
+                 truth: Partition | None = None, checkpoints: CheckpointStore | None = None,
+                 callbacks: Sequence[RunCallback] = ()):
         self.cfg = cfg
         self.checkpoints = checkpoints
         self.truth = truth
@@ -103,12 +105,12 @@ class FederationRunner:
         self.clients = ClientGrid(grid, cfg.num_clients, code_fingerprint(),
                                   ReplyValidator(cfg.max_update_norm, known_record_names()))
         self.latest: dict[int, dict[str, Any]] = {}  # client id -> last evaluation metrics
-        self.bytes_total: dict[int, list[int]] = {c: [0, 0] for c in range(cfg.num_clients)}
-
-    @property
-    def reporter(self) -> MethodReporter:
-        """The strategy's own reporting, or none (e.g. Flower's FedAvg)."""
-        return self.strategy if isinstance(self.strategy, MethodReporter) else MethodReporter()
+        self.traffic = TrafficCount(cfg.num_clients)
+        self.checkpointing = (Checkpointing(self, checkpoints, self.traffic)
+                              if checkpoints is not None else None)
+        self.callbacks: list[RunCallback] = [
+            MethodReport(self, truth), self.traffic, RoundLog(),
+            *([self.checkpointing] if self.checkpointing else []), *callbacks]
 
     # --- setup ------------------------------------------------------------------------------
     def connect(self, timeout: float) -> None:
@@ -234,14 +236,14 @@ class FederationRunner:
         started = time.perf_counter()
         pending: dict[str, Any] | None  # the last round, when its evaluation is still due
         if resume:
-            arrays, last_round, self.earlier_seconds, pending = self.restore()
+            arrays, last_round, self.earlier_seconds, pending = self.checkpointing.restore()
         else:
             random.seed(cfg.seed)  # Flower's node sampling draws from `random`
             last_round, self.earlier_seconds = 0, 0.0
             pending = {"round": 0, "seconds": 0.0, **self._traffic()}
             if not cfg.fuse_evaluate:
                 pending = self._evaluate_pending(pending, arrays)
-            self.checkpoint(0, arrays, 0.0, pending)
+            self._round_finished(0, arrays, 0.0, pending)
         if pending is not None and not cfg.fuse_evaluate:  # resumed from a fused run's checkpoint
             pending = self._evaluate_pending(pending, arrays)
         for server_round in range(last_round + 1, cfg.num_rounds + 1):
@@ -275,21 +277,22 @@ class FederationRunner:
             }
             if self.evaluates(server_round) and cfg.fuse_evaluate:
                 # reported now, as its state is this round's; the evaluation follows next phase
-                record.update(self.reporter.round_report(server_round))
+                record.update(self._round_fields(server_round))
                 record.update(seconds=time.perf_counter() - round_start, **self._traffic())
                 pending = record
             else:
                 if self.evaluates(server_round):
                     record.update(self.evaluate(server_round, arrays))
-                record.update(self.reporter.round_report(server_round))
+                record.update(self._round_fields(server_round))
                 record.update(seconds=time.perf_counter() - round_start, **self._traffic())
                 self._record_round(record)
-            self.checkpoint(server_round, arrays, time.perf_counter() - started, pending)
+            self._round_finished(server_round, arrays, time.perf_counter() - started, pending)
         if pending is not None:
             self._evaluate_pending(pending, arrays)
         self.final_arrays = arrays
         summary = self.summary(self.earlier_seconds + time.perf_counter() - started)
-        summary.update(self.reporter.report(self.recorder.directory, self.truth))
+        for callback in self.callbacks:
+            callback.run_finished(summary)
         return summary
 
     def _evaluate_pending(self, pending: dict[str, Any], arrays: ArrayRecord) -> None:
@@ -308,90 +311,31 @@ class FederationRunner:
         self._record_round(pending)
         return None
 
-    # --- checkpoints ------------------------------------------------------------------------
-    def checkpoint(self, server_round: int, arrays: ArrayRecord, seconds: float,
-                   pending: dict[str, Any] | None = None) -> None:
-        """Everything needed to continue after `server_round` (see `server_app.checkpoint`),
-        including the round whose evaluation is still due (`pending`)."""
-        every = self.cfg.checkpoint_every
-        if self.checkpoints is None or not every or (
-                server_round % every and server_round != self.cfg.num_rounds):
-            return
-        self.checkpoints.save(server_round, {
-            "round": server_round,
-            "config": self.cfg.flat(),
-            "arrays": arrays,
-            "strategy": self.strategy,
-            "random": random.getstate(),
-            "numpy": np.random.get_state(),
-            "torch": torch.get_rng_state(),
-            "rounds": self.recorder.rounds,
-            "latest": self.latest,
-            "bytes-total": self.bytes_total,
-            "seconds": self.earlier_seconds + seconds,
-            "pending": pending,
-        })
-
-    def restore(self) -> tuple[ArrayRecord, int, float, dict[str, Any] | None]:
-        """Load the newest valid checkpoint into this runner: (global arrays, its round, seconds,
-        the record of a round whose evaluation is still due)."""
-        state = self.checkpoints.load_latest(self.clients)
-        mismatch = {key: (value, state["config"].get(key))
-                    for key, value in self.cfg.flat().items()
-                    if key not in RESUMABLE_CHANGES and state["config"].get(key) != value}
-        if mismatch:
-            key, (now, then) = next(iter(mismatch.items()))
-            raise ResumeError(
-                f"cannot resume: the checkpoint was written with {key}={then!r} but this run has "
-                f"{key}={now!r}; use the original settings (only {', '.join(RESUMABLE_CHANGES)} "
-                "may change)")
-        if state["round"] > self.cfg.num_rounds:
-            raise ResumeError(f"cannot resume: the checkpoint is of round {state['round']}, beyond "
-                              f"num-rounds={self.cfg.num_rounds}")
-        self.strategy = state["strategy"]
-        random.setstate(state["random"])
-        np.random.set_state(state["numpy"])
-        torch.set_rng_state(state["torch"])
-        self.latest = state["latest"]
-        self.bytes_total = state["bytes-total"]
-        self.recorder.restore(state["rounds"])
-        return state["arrays"], state["round"], state["seconds"], state.get("pending")
-
     def _traffic(self) -> dict[str, Any]:
         """Bytes per client (`_down`, `_up`) and the number of exchanges with clients (`phases`)
         since the last call, for the round being recorded."""
         down, up = self.clients.take_traffic()
-        for client, value in down.items():
-            self.bytes_total[client][0] += value
-        for client, value in up.items():
-            self.bytes_total[client][1] += value
         phases, self.clients.phases = self.clients.phases, 0
         return {"_down": down, "_up": up, "phases": phases}
 
     def _record_round(self, record: dict[str, Any]) -> None:
-        """Turn the round's traffic into its byte fields, write its rounds.jsonl line, log it."""
-        down, up = record.pop("_down", {}), record.pop("_up", {})
-        seconds = record.pop("seconds")
-        record["seconds"] = seconds
-        record["bytes-down"] = sum(down.values())
-        record["bytes-up"] = sum(up.values())
-        record["bytes-down-per-client"] = sum(down.values()) / max(len(down), 1)
-        record["bytes-up-per-client"] = sum(up.values()) / max(len(up), 1)
+        """Complete the round's record (callbacks: byte fields), write its rounds.jsonl line."""
+        for callback in self.callbacks:
+            callback.completing_round(record)
         self.recorder.record_round(record)
-        if "regression" in record:
-            log.info(
-                "round %d: %.1f s, MAE %.3f, MAPE %.2f%%, RMSE %.3f, global MAE %s", record["round"],
-                seconds, record["regression"]["mae"], record["regression"]["mape"],
-                record["regression"]["rmse"],
-                f"{record['global-regression']['mae']:.3f}" if "global-regression" in record else "-",
-            )
-            return
-        pers = record.get("personalized", {})
-        log.info(
-            "round %d: %.1f s, personalized mean %s, global %s", record["round"], seconds,
-            f"{pers['mean']:.2f}%" if pers else "-",
-            f"{record['global-accuracy']:.2f}%" if "global-accuracy" in record else "-",
-        )
+        for callback in self.callbacks:
+            callback.round_recorded(record)
+
+    def _round_fields(self, server_round: int) -> dict[str, Any]:
+        fields: dict[str, Any] = {}
+        for callback in self.callbacks:
+            fields.update(callback.round_fields(server_round))
+        return fields
+
+    def _round_finished(self, server_round: int, arrays: ArrayRecord, seconds: float,
+                        pending: dict[str, Any] | None) -> None:
+        for callback in self.callbacks:
+            callback.round_finished(server_round, arrays, self.earlier_seconds + seconds, pending)
 
     def summary(self, total_seconds: float) -> dict[str, Any]:
         rounds = [r for r in self.recorder.rounds if r["round"] > 0]
@@ -415,6 +359,6 @@ class FederationRunner:
             "clients": [
                 {"client-id": c, **self.latest.get(c, {}), "bytes-down": down, "bytes-up": up,
                  "device": devices.get(c, "")}
-                for c, (down, up) in sorted(self.bytes_total.items())
+                for c, (down, up) in sorted(self.traffic.totals.items())
             ],
         }
