@@ -43,6 +43,7 @@ from strategies.messages import (
     EvaluateReply,
     TrainInstructions,
 )
+from strategies.phases import PhasedStrategy, Steps, run_phases
 from strategies.registry import known_record_names
 from strategies.validation import ReplyValidator
 
@@ -171,7 +172,18 @@ class FederationRunner:
         cfg = self.cfg
         return server_round % cfg.eval_every == 0 or server_round == cfg.num_rounds
 
+    def run_phases(self, steps: Steps | None) -> Any:
+        """Send the phases a method's step declares (`strategies.phases`), hand back the replies."""
+        return run_phases(steps, lambda phase: self.exchange(phase.messages, phase.name))
+
+    def method_step(self, hook: str, *args: Any) -> None:
+        """Run the strategy's `hook` step (before_train, before_evaluate, after_aggregate) if it has
+        exchanges of its own."""
+        if isinstance(self.strategy, PhasedStrategy):
+            self.run_phases(getattr(self.strategy, hook)(*args, self.clients))
+
     def evaluation_messages(self, server_round: int, arrays: ArrayRecord) -> list[Message]:
+        self.method_step("before_evaluate", server_round, arrays)
         return list(self.strategy.configure_evaluate(
             server_round, arrays, self.evaluate_config(server_round).config(), self.clients))
 
@@ -213,6 +225,7 @@ class FederationRunner:
         record is completed with its evaluation."""
         evaluation = (self.evaluation_messages(pending["round"], arrays)
                       if pending is not None else [])
+        self.method_step("before_train", server_round, arrays)
         messages = list(self.strategy.configure_train(
             server_round, arrays, self.train_config(server_round).config(), self.clients))
         if pending is None:
@@ -265,6 +278,7 @@ class FederationRunner:
             trained = [self.clients.client_id(r) for r in replies]
             failed = sorted({m.metadata.dst_node_id for m in messages} - set(trained))
             new_arrays, train_metrics = self.strategy.aggregate_train(server_round, replies)
+            self.method_step("after_aggregate", server_round)
             if new_arrays is not None:
                 arrays = new_arrays
             record = {
