@@ -174,7 +174,8 @@ class FederationRunner:
 
     def run_phases(self, steps: Steps | None) -> Any:
         """Send the phases a method's step declares (`strategies.phases`), hand back the replies."""
-        return run_phases(steps, lambda phase: self.exchange(phase.messages, phase.name))
+        return run_phases(steps, lambda phase: self.clients.exchange(
+            phase.messages, self.cfg.round_timeout, phase.name))
 
     def method_step(self, hook: str, *args: Any) -> None:
         """Run the strategy's `hook` step (before_train, before_evaluate, after_aggregate) if it has

@@ -25,7 +25,6 @@ import logging
 import math
 import sys
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,6 +46,7 @@ from strategies.contracts.flt import (
 )
 from strategies.messages import CONFIG, METRICS, PERSONAL, TRAIN_LOCAL
 from strategies.params import ParameterLayout
+from strategies.phases import Phase, PhasedStrategy, Steps
 from strategies.personalized import PersonalizedStrategy, weighted_mean
 
 if TYPE_CHECKING:
@@ -176,21 +176,20 @@ def place_client(relatedness: Relatedness, client: int, centroids: np.ndarray) -
 
 
 # --- the strategy ---------------------------------------------------------------------------------
-class FLT(PersonalizedStrategy):
+class FLT(PersonalizedStrategy, PhasedStrategy):
     """FLT over a `ClientGrid`: FCR inside round 1's `configure_train`, then graph-weighted averaging
     of per-client models after every round."""
 
     train_message_type = TRAIN_LOCAL
 
     def __init__(self, num_clients: int, fraction_train: float, settings: FLTSection, *,
-                 input_shape: tuple[int, int, int], seed: int = 0, round_timeout: float = 600.0,
+                 input_shape: tuple[int, int, int], seed: int = 0,
                  pretrain_images: torch.Tensor | None = None) -> None:
         super().__init__(num_clients, fraction_train)
         check_autoencoder_input(input_shape)
         self.settings = settings
         self.input_shape = input_shape
         self.seed = seed
-        self.round_timeout = round_timeout
         self.pretrain_images = pretrain_images
         self.models: NeighbourhoodModels | None = None
         self.relatedness: Relatedness | None = None
@@ -230,14 +229,14 @@ class FLT(PersonalizedStrategy):
         """⌈ρM⌉ clients per round (spec §3 Phase 3), at least one."""
         return max(math.ceil(online * self.fraction_train - 1e-9), 1)
 
-    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                        grid: ClientGrid) -> Iterable[Message]:
+    def before_train(self, server_round: int, arrays: ArrayRecord, grid: ClientGrid) -> Steps[None]:
+        """Phases 0–2 before the first round (and until some client answered), then the placement
+        of clients that were unreachable so far."""
         self._bind(arrays, grid)
         if self.relatedness is None:
-            self.form_relatedness(grid)
+            yield from self.form_relatedness(grid)
         else:
-            self.place_new_clients(grid)
-        return super().configure_train(server_round, arrays, config, grid)
+            yield from self.place_new_clients(grid)
 
     def summary(self) -> None:
         s = self.settings
@@ -245,13 +244,13 @@ class FLT(PersonalizedStrategy):
                  self.num_clients, self.fraction_train, s.k, s.k_mode, s.distance, s.gamma, s.clusters)
 
     # --- phases 0–2 -----------------------------------------------------------------------------
-    def form_relatedness(self, grid: ClientGrid) -> None:
+    def form_relatedness(self, grid: ClientGrid) -> Steps[None]:
         """Phases 0–2 (once): autoencoder, then FCR over every reachable client."""
         started = time.perf_counter()
         if self.encoder is None:
-            self.encoder = self._train_autoencoder(grid)
+            self.encoder = yield from self._train_autoencoder(grid)
         phase = time.perf_counter()
-        centroids = self._query_centroids(grid, grid.get_node_ids())
+        centroids = yield from self._query_centroids(grid.get_node_ids())
         self.fcr_seconds["embed-round-trip"] = time.perf_counter() - phase
         if not centroids:
             log.warning("FLT: no client answered %s; FCR is retried next round (clients train "
@@ -276,12 +275,12 @@ class FLT(PersonalizedStrategy):
             "autoencoder-loss": list(self.autoencoder_losses),
         }}
 
-    def place_new_clients(self, grid: ClientGrid) -> None:
+    def place_new_clients(self, grid: ClientGrid) -> Steps[None]:
         """Query and place reachable clients that have no row yet (late joiners, earlier failures)."""
         waiting = [c for c in grid.get_node_ids() if c not in self.relatedness.centroids]
         if not waiting:
             return
-        centroids = self._query_centroids(grid, waiting)
+        centroids = yield from self._query_centroids(waiting)
         for client, mu in centroids.items():
             place_client(self.relatedness, client, mu)
         if centroids:
@@ -289,7 +288,7 @@ class FLT(PersonalizedStrategy):
             log.info("FLT: placed late clients %s", sorted(centroids))
             self._report = {"flt": {"placed-late": sorted(centroids)}}
 
-    def _train_autoencoder(self, grid: ClientGrid) -> ArrayRecord:
+    def _train_autoencoder(self, grid: ClientGrid) -> Steps[ArrayRecord]:
         """Phase 0 (optional server pretraining) and phase 1 (federated rounds); returns the encoder."""
         s = self.settings
         with torch.random.fork_rng():  # leave the global RNG (e.g. dropout of local training) as is
@@ -309,14 +308,14 @@ class FLT(PersonalizedStrategy):
         layout = ParameterLayout.of(arrays)
         started = time.perf_counter()
         for ae_round in range(1, s.ae_rounds + 1):
-            arrays = self._autoencoder_round(grid, arrays, layout, ae_round)
+            arrays = yield from self._autoencoder_round(grid, arrays, layout, ae_round)
         self.fcr_seconds["autoencoder-rounds"] = time.perf_counter() - started
         prefix = "encoder."
         return ArrayRecord({key[len(prefix):]: arrays[key] for key in arrays.keys()
                             if key.startswith(prefix)})
 
     def _autoencoder_round(self, grid: ClientGrid, arrays: ArrayRecord, layout: ParameterLayout,
-                           ae_round: int) -> ArrayRecord:
+                           ae_round: int) -> Steps[ArrayRecord]:
         """`train.flt_ae` to every reachable client, n-weighted FedAvg of the replies (spec §3 Ph. 1)."""
         s = self.settings
         config = AutoencoderInstructions(
@@ -326,7 +325,7 @@ class FLT(PersonalizedStrategy):
         content = RecordDict({AUTOENCODER: arrays, CONFIG: config})
         messages = [Message(content, dst_node_id=c, message_type=TRAIN_FLT_AE)
                     for c in grid.get_node_ids()]
-        replies = grid.exchange(messages, self.round_timeout, TRAIN_FLT_AE)
+        replies = yield Phase(TRAIN_FLT_AE, messages)
         if not replies:
             log.warning("FLT: no client answered autoencoder round %d; the autoencoder is unchanged",
                         ae_round)
@@ -340,7 +339,7 @@ class FLT(PersonalizedStrategy):
                  len(replies), loss)
         return layout.arrays(weighted_mean(rows, weights))
 
-    def _query_centroids(self, grid: ClientGrid, clients: list[int]) -> dict[int, np.ndarray]:
+    def _query_centroids(self, clients: list[int]) -> Steps[dict[int, np.ndarray]]:
         """`query.flt_embed` to `clients`; returns client → centroids [k_m, e] of valid replies and
         records each client's num-examples n_m."""
         s = self.settings
@@ -349,7 +348,7 @@ class FLT(PersonalizedStrategy):
         content = RecordDict({ENCODER: self.encoder, CONFIG: config})
         messages = [Message(content, dst_node_id=c, message_type=QUERY_FLT_EMBED) for c in clients]
         found: dict[int, np.ndarray] = {}
-        for client, reply in grid.exchange(messages, self.round_timeout, QUERY_FLT_EMBED):
+        for client, reply in (yield Phase(QUERY_FLT_EMBED, messages)):
             mu = np.asarray(reply.content[CENTROIDS][CENTROIDS_MU].numpy(), dtype=np.float32)
             if mu.ndim != 2 or mu.shape[1] != s.latent_dim or not 1 <= len(mu) <= s.k \
                     or not np.isfinite(mu).all():
@@ -494,5 +493,5 @@ def build_flt(cfg: RunConfig) -> FLT:
             raise ConfigError(f"run config: key 'flt.pretrain-samples' = "
                               f"{cfg.flt.pretrain_samples} is invalid: {err}") from None
     return FLT(cfg.num_clients, cfg.fraction_train, cfg.flt, input_shape=input_shape, seed=cfg.seed,
-               round_timeout=cfg.round_timeout, pretrain_images=images)
+               pretrain_images=images)
 
