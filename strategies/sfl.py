@@ -151,16 +151,9 @@ class SFL(PersonalizedStrategy):
             report["sfl-learner-loss"] = self.learner.losses[-1]
         elif weights is not None:
             self._use_graph(self.prior_hat, weights)
-        self.aggregated = self.propagation.apply(self.personal, out=self.aggregated)
-        if weights is None:
-            global_row = self.aggregated.mean(dim=0)  # read-out: unweighted mean (§6.6)
-        else:
-            global_row = (weights / weights.sum()).to(torch.float32) @ self.aggregated
-            base = self.prior_hat if self.learner is None else graph
-            reached = torch.as_tensor(np.asarray(base), dtype=torch.float64) @ weights
-            orphans = ~trained & (reached <= 0)  # no trained neighbour: the global model
-            if bool(orphans.any()):
-                self.aggregated[orphans] = global_row
+        base = self.prior_hat if self.learner is None else graph if weights is not None else None
+        self.aggregated, global_row = sfl_step(self.propagation, self.personal, weights, base,
+                                               out=self.aggregated)
         self.global_row = global_row
         seconds = time.perf_counter() - started
         self.seconds.append(seconds)
@@ -244,6 +237,24 @@ class SFL(PersonalizedStrategy):
 
 
 # --- building from the run config -----------------------------------------------------------------
+def sfl_step(propagation: GCNPropagation, rows: torch.Tensor, weights: torch.Tensor | None,
+             graph: torch.Tensor | np.ndarray | None, out: torch.Tensor | None = None
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """SFL's server step on plain tensors (§3.3): U = α·Â^L·V + (1−α)·V with the planned
+    `propagation`, and the global model w = the mean of U's rows (spec, `weights` None) or their
+    `weights`-weighted mean, where a client that never trained and has no trained neighbour in
+    `graph` gets w as its row. Returns (U, w)."""
+    aggregated = propagation.apply(rows, out=out)
+    if weights is None:
+        return aggregated, aggregated.mean(dim=0)  # read-out: unweighted mean (§6.6)
+    global_row = (weights / weights.sum()).to(torch.float32) @ aggregated
+    reached = torch.as_tensor(np.asarray(graph), dtype=torch.float64) @ weights
+    orphans = (weights <= 0) & (reached <= 0)  # no trained neighbour: the global model
+    if bool(orphans.any()):
+        aggregated[orphans] = global_row
+    return aggregated, global_row
+
+
 def _invalid(key: str, value: Any, why: str) -> Exception:
     from strategies.contracts.base import ConfigError
 

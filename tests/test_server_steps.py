@@ -1,0 +1,86 @@
+"""Each graph method's server step on plain arrays, without any grid or Flower process: SFL's
+aggregation as a function of V, FLT's relatedness driven with made-up client replies."""
+
+import numpy as np
+import torch
+from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
+from flwr.supercore.task_identity import TaskIdentity
+
+from strategies.contracts.flt import (
+    AUTOENCODER, CENTROIDS, CENTROIDS_MU, QUERY_FLT_EMBED, TRAIN_FLT_AE, AutoencoderReply,
+    EmbedReply, FLTSection,
+)
+from strategies.flt import FLT
+from strategies.gcn import GCNPropagation
+from strategies.graph import row_normalize
+from strategies.messages import METRICS
+from strategies.phases import answer
+from strategies.sfl import sfl_step
+
+for _name in ("run_id", "node_id", "task_id"):
+    if getattr(TaskIdentity, f"_{_name}") is None:
+        setattr(TaskIdentity, _name, 1)
+
+
+class Online:
+    """Which clients are reachable: all of them (what a method's step may ask a grid)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def get_node_ids(self) -> list[int]:
+        return list(range(self.n))
+
+
+def test_sfl_step_propagates_v_over_the_graph_and_reads_out_the_mean():
+    graph = torch.tensor([[1.0, 1, 0, 0], [1, 1, 0, 0], [0, 0, 1, 1], [0, 0, 1, 1]])
+    v = torch.arange(12, dtype=torch.float32).reshape(4, 3)
+    u, w = sfl_step(GCNPropagation(row_normalize(graph), hops=1, alpha=0.5), v, None, None)
+    expected = 0.5 * row_normalize(graph).to(torch.float64) @ v.double() + 0.5 * v.double()
+    torch.testing.assert_close(u.double(), expected, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(w, u.mean(dim=0))
+
+
+def test_sfl_step_gives_an_untrained_client_without_trained_neighbours_the_global_model():
+    graph = torch.tensor([[1.0, 1, 0, 0], [1, 1, 0, 0], [0, 0, 1, 1], [0, 0, 1, 1]])
+    weights = torch.tensor([1.0, 0.5, 0.0, 0.0], dtype=torch.float64)  # clients 2, 3: never trained
+    v = torch.arange(12, dtype=torch.float32).reshape(4, 3)
+    from strategies.graph import fresh_graph
+    propagation = GCNPropagation(fresh_graph(graph, weights), hops=1, alpha=1.0)
+    u, w = sfl_step(propagation, v, weights, graph)
+    # w = (1·U_0 + 0.5·U_1) / 1.5; clients 2 and 3 reach no trained row, so they get w
+    torch.testing.assert_close(w, (u[0] + 0.5 * u[1]) / 1.5)
+    torch.testing.assert_close(u[2], w)
+    torch.testing.assert_close(u[3], w)
+    # rows 0 and 1 average only trained rows, weighted by freshness: (1·v0 + 0.5·v1) / 1.5
+    torch.testing.assert_close(u[0], (v[0] + 0.5 * v[1]) / 1.5)
+
+
+def test_flt_relatedness_from_made_up_replies_joins_clients_with_close_centroids():
+    """Phases 1–2 of FLT driven without a grid: the autoencoder round comes back unchanged, and the
+    embedding replies put clients 0–2 and 3–5 around two distant points."""
+    flt = FLT(6, 1.0, FLTSection(k=2, latent_dim=4, umap_neighbors=4, ae_epochs=1),
+              input_shape=(1, 28, 28), seed=0)
+    arrays = ArrayRecord({"w": Array(np.zeros((3, 2), dtype=np.float32))})
+    rng = np.random.default_rng(0)
+
+    def respond(client: int, message: Message) -> Message:
+        kind = message.metadata.message_type
+        if kind == TRAIN_FLT_AE:
+            return Message(RecordDict({
+                AUTOENCODER: message.content[AUTOENCODER],
+                METRICS: AutoencoderReply(num_examples=10, recon_loss=0.5).metrics()}),
+                reply_to=message)
+        assert kind == QUERY_FLT_EMBED
+        centre = 0.0 if client < 3 else 50.0
+        mu = (centre + rng.normal(0, 0.1, size=(2, 4))).astype(np.float32)
+        return Message(RecordDict({CENTROIDS: ArrayRecord({CENTROIDS_MU: Array(mu)}),
+                                   METRICS: EmbedReply(num_examples=10).metrics()}),
+                       reply_to=message)
+
+    answer(flt.before_train(1, arrays, Online(6)), respond)
+    adjacency = flt.relatedness.adjacency
+    assert adjacency.shape == (6, 6)
+    same = np.equal.outer(np.arange(6) < 3, np.arange(6) < 3)
+    assert (adjacency[same] > 0).all() and (adjacency[~same] == 0).all()
+    assert flt.autoencoder_losses == [0.5]
