@@ -11,9 +11,8 @@ import torch
 from flwr.app import ArrayRecord, Context
 from flwr.serverapp import Grid, ServerApp
 
-from datasets.federated import load_partition
 from datasets.partition import Partition
-from datasets.sources import SOURCE_INFO, DataNotFoundError
+from datasets.sources import SOURCE_INFO
 from models import build_model
 from server_app.callbacks import RunCallback
 from server_app.checkpoint import CheckpointStore
@@ -21,6 +20,7 @@ from server_app.reporting import RunRecorder
 from server_app.runner import FederationRunner
 from strategies.contracts.base import ConfigError
 from strategies.contracts.run import RunConfig
+from strategies import priors
 from strategies.registry import build_strategy
 
 log = logging.getLogger("flwr.bouquet")
@@ -43,11 +43,11 @@ def run_directory(cfg: RunConfig) -> Path:
 def ground_truth(cfg: RunConfig) -> Partition | None:
     """The partition's ground truth (clusters, label-sharing graph) when the server can rebuild it;
     used only for reporting graph quality. A server without the data set reports none."""
-    try:
-        return load_partition(cfg.data_spec)[1]
-    except (DataNotFoundError, OSError) as err:
-        log.info("no ground truth for reporting (%s)", err)
-        return None
+    truth = priors.ground_truth(cfg)
+    if truth is None:
+        log.info("no ground truth for reporting: the data set '%s' is not available here",
+                 cfg.dataset)
+    return truth
 
 
 def check_run_directory(cfg: RunConfig, directory: Path, checkpoints: CheckpointStore) -> None:

@@ -400,8 +400,8 @@ def _array(tensor: torch.Tensor) -> Array:
 def build_fedska(cfg: RunConfig) -> FedSKA:
     """FedSKA from the run config; the prior graph (given-graph mode, τ > 0) is loaded and checked
     before any client is contacted."""
-    from strategies.fedu import given_graph
-    from strategies.sfl import ground_truth, structure_truth
+    from strategies.priors import given_graph
+    from strategies.priors import ground_truth, structure_truth
 
     s = cfg.fedska
     prior = None

@@ -24,7 +24,7 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
 from strategies.graph import row_normalize
-from strategies.priors import check_adjacency, read_adjacency
+from strategies.priors import check_adjacency, given_graph
 from strategies.messages import CONFIG, PERSONAL, TRAIN_LOCAL
 from strategies.personalized import PersonalizedStrategy
 
@@ -78,46 +78,6 @@ class FedU(PersonalizedStrategy):
         save_matrix(directory, "graph", self.graph.numpy(), title="FedU: given graph (row-normalised)")
         return {"fedu": {"lambda": self.lam, "step": self.lr * self.lam,
                          "edges-per-client": float((self.graph > 0).sum(dim=1).float().mean())}}
-
-
-def given_graph(cfg: RunConfig, source: str, graph_file: str, key: str) -> np.ndarray:
-    """A given client graph [K, K] for a method's `<key>` setting: `label-sharing` (the partition's
-    ground truth, rebuilt on the server from the data set), `road` (a traffic data set's sensor
-    graph) or `file` (a checked .npy/.csv). A ConfigError names the key, the value and what is allowed."""
-    from datasets.sources import DataNotFoundError, dataset_task
-    from strategies.contracts.base import ConfigError
-    from strategies.sfl import ground_truth, road_graph
-
-    def invalid(why: str, name: str = key, value: Any = source) -> ConfigError:
-        return ConfigError(f"run config: key '{name}' = {value!r} is invalid: {why}")
-
-    try:
-        if source == "file":
-            try:
-                return read_adjacency(graph_file, cfg.num_clients)
-            except ValueError as err:
-                raise invalid(str(err), f"{key}-file", graph_file) from None
-        if source == "road":
-            from datasets import traffic
-
-            if cfg.dataset not in traffic.TRAFFIC_DATASETS:
-                raise invalid(f"the road graph comes with the traffic data sets "
-                              f"({', '.join(traffic.TRAFFIC_DATASETS)}), not dataset "
-                              f"'{cfg.dataset}'; use 'label-sharing' or 'file'")
-            graph = road_graph(cfg)
-        elif source == "label-sharing":
-            if dataset_task(cfg.dataset) != "classification":
-                raise invalid(f"dataset '{cfg.dataset}' has no labels to share; use 'road' or 'file'")
-            graph = ground_truth(cfg, required=True).label_graph
-        else:
-            raise invalid("allowed: 'label-sharing', 'road', 'file'")
-        return check_adjacency(graph, cfg.num_clients)
-    except (DataNotFoundError, OSError) as err:
-        raise invalid(f"the graph could not be built from the data set: {err}") from None
-    except ValueError as err:
-        if isinstance(err, ConfigError):
-            raise
-        raise invalid(str(err)) from None
 
 
 def build_fedu(cfg: RunConfig) -> FedU:

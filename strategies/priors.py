@@ -1,10 +1,18 @@
-"""Client graphs given by the user: read and checked from a .npy / .csv adjacency file."""
+"""What the server knows before training: client graphs given to a method (a .npy / .csv file, the
+label-sharing graph, a traffic data set's road graph), checked, and the partition's ground truth
+(for the label-sharing graph and for reporting how well a learned graph finds the true structure)."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 import warnings
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from datasets.partition import Partition
+    from strategies.contracts.run import RunConfig
 
 ADJACENCY_SUFFIXES: tuple[str, ...] = (".npy", ".csv")
 
@@ -60,3 +68,87 @@ def read_adjacency(path: str, num_clients: int) -> np.ndarray:
         return check_adjacency(matrix, num_clients)
     except ValueError as err:
         raise ValueError(f"graph file {str(path)!r}: {err}") from None
+
+
+# --- what the server knows before training: given graphs and the partition's ground truth ---------
+
+def ground_truth(cfg: RunConfig, required: bool = False) -> Partition | None:
+    """The partition's ground truth (cached per process by `load_partition`); None when the server
+    cannot rebuild it, unless `required`."""
+    from datasets.federated import load_partition
+    from datasets.sources import DataNotFoundError
+
+    try:
+        return load_partition(cfg.data_spec)[1]
+    except (DataNotFoundError, OSError):
+        if required:
+            raise
+        return None
+
+
+def structure_truth(cfg: RunConfig) -> tuple[np.ndarray, str] | None:
+    """The true client structure of the run's partition (`strategies.graph.true_structure`): same
+    true cluster where the partition has clusters (label-clusters, domains), else the clients'
+    label-histogram similarity; None when the server cannot rebuild the partition."""
+    from datasets.federated import load_partition
+    from datasets.sources import DataNotFoundError, dataset_task
+    from strategies.graph import true_structure
+
+    try:
+        source, partition = load_partition(cfg.data_spec)
+    except (DataNotFoundError, OSError):
+        return None
+    labels = (getattr(source, "labels", None) if dataset_task(cfg.dataset) == "classification"
+              else None)
+    return true_structure(partition, labels)
+
+
+def road_graph(cfg: RunConfig) -> np.ndarray:
+    """The traffic data set's sensor graph (Gaussian kernel, self-loops) for the K client sensors."""
+    from datasets import traffic
+
+    return traffic.road_graph(cfg.dataset, cfg.data_root, cfg.num_clients,
+                              cfg.data_spec.traffic_days)
+
+
+def given_graph(cfg: RunConfig, source: str, graph_file: str, key: str) -> np.ndarray:
+    """A given client graph [K, K] for a method's `<key>` setting, checked (square, K = num-clients,
+    finite, non-negative): `label-sharing` (the partition's ground truth, rebuilt on the server from
+    the data set), `road` (a traffic data set's sensor graph) or `file` (`<key>-file`, .npy/.csv).
+    A ConfigError names the key, the value and what is allowed."""
+    from datasets import traffic
+    from datasets.sources import DataNotFoundError, dataset_task
+    from strategies.contracts.base import ConfigError
+
+    def invalid(why: str, name: str = key, value: Any = source) -> ConfigError:
+        return ConfigError(f"run config: key '{name}' = {value!r} is invalid: {why}")
+
+    if source == "file":
+        try:
+            return read_adjacency(graph_file, cfg.num_clients)
+        except ValueError as err:
+            raise invalid(str(err), f"{key}-file", graph_file) from None
+    if source == "road":
+        if cfg.dataset not in traffic.TRAFFIC_DATASETS:
+            raise invalid(f"the road graph comes with the traffic data sets "
+                          f"({', '.join(traffic.TRAFFIC_DATASETS)}), not dataset '{cfg.dataset}'; "
+                          "use 'label-sharing' or 'file'")
+        try:
+            graph = road_graph(cfg)
+        except (DataNotFoundError, OSError, ValueError) as err:
+            raise invalid(f"the road graph could not be read: {err}") from None
+    elif source == "label-sharing":
+        if dataset_task(cfg.dataset) != "classification":
+            raise invalid(f"dataset '{cfg.dataset}' has no labels to share; use 'road' or 'file'")
+        try:
+            graph = ground_truth(cfg, required=True).label_graph
+        except (DataNotFoundError, OSError) as err:
+            raise invalid("the label-sharing graph is the partition's ground truth, which the "
+                          "server builds from the data set, and the data set is not available "
+                          f"here: {err}") from None
+    else:
+        raise invalid("allowed: 'label-sharing', 'road', 'file'")
+    try:
+        return check_adjacency(graph, cfg.num_clients)
+    except ValueError as err:
+        raise invalid(str(err)) from None

@@ -33,13 +33,12 @@ from strategies.graph import (
     fresh_graph,
     row_normalize,
     structure_share,
-    true_structure,
     uniform_share,
 )
 from strategies.graph_learner import GraphLearner, blend
 from strategies.messages import CONFIG, GLOBAL, MODEL, PERSONAL
 from strategies.personalized import PersonalizedStrategy
-from strategies.priors import check_adjacency, read_adjacency
+from strategies.priors import check_adjacency, given_graph, ground_truth, structure_truth
 
 if TYPE_CHECKING:
     from datasets.partition import Partition
@@ -255,91 +254,18 @@ def sfl_step(propagation: GCNPropagation, rows: torch.Tensor, weights: torch.Ten
     return aggregated, global_row
 
 
-def _invalid(key: str, value: Any, why: str) -> Exception:
-    from strategies.contracts.base import ConfigError
-
-    return ConfigError(f"run config: key '{key}' = {value!r} is invalid: {why}")
-
-
 def prior_graph(cfg: RunConfig) -> np.ndarray:
-    """The prior client graph A [N, N] of `sfl.graph`, checked (square, N = num-clients, finite,
-    non-negative); a ConfigError naming the key, the value and what is allowed otherwise."""
-    from datasets import traffic
-    from datasets.sources import DataNotFoundError, dataset_task
+    """The prior client graph A [N, N] of `sfl.graph`, checked (`strategies.priors.given_graph`);
+    a ConfigError naming the key, the value and what is allowed otherwise."""
+    if cfg.sfl.graph == "none":
+        from strategies.contracts.base import ConfigError
 
-    source = cfg.sfl.graph
-    if source == "none":
-        raise _invalid("sfl.graph", source, (
-            f"method '{cfg.method}' needs a prior client graph; allowed: 'label-sharing' (image "
-            "data sets), 'road' (traffic data sets), 'file' (with sfl.graph-file); or method "
-            "'sfl-star' with sfl.beta=1.0, which learns the graph alone"))
-    if source == "file":
-        try:
-            return read_adjacency(cfg.sfl.graph_file, cfg.num_clients)
-        except ValueError as err:
-            raise _invalid("sfl.graph-file", cfg.sfl.graph_file, str(err)) from None
-    if source == "road":
-        if cfg.dataset not in traffic.TRAFFIC_DATASETS:
-            raise _invalid("sfl.graph", source, (
-                f"the road graph comes with the traffic data sets "
-                f"({', '.join(traffic.TRAFFIC_DATASETS)}), not dataset '{cfg.dataset}'; use "
-                "'label-sharing' or 'file'"))
-        try:
-            graph = road_graph(cfg)
-        except (DataNotFoundError, OSError, ValueError) as err:
-            raise _invalid("sfl.graph", source, f"the road graph could not be read: {err}") from None
-    else:  # label-sharing
-        if dataset_task(cfg.dataset) != "classification":
-            raise _invalid("sfl.graph", source, (
-                f"dataset '{cfg.dataset}' has no labels to share; use 'road' or 'file'"))
-        try:
-            graph = ground_truth(cfg, required=True).label_graph
-        except (DataNotFoundError, OSError) as err:
-            raise _invalid("sfl.graph", source, (
-                "the label-sharing graph is the partition's ground truth, which the server builds "
-                f"from the data set, and the data set is not available here: {err}")) from None
-    try:
-        return check_adjacency(graph, cfg.num_clients)
-    except ValueError as err:
-        raise _invalid("sfl.graph", source, str(err)) from None
-
-
-def road_graph(cfg: RunConfig) -> np.ndarray:
-    """The traffic data set's sensor graph (Gaussian kernel, self-loops) for the K client sensors."""
-    from datasets import traffic
-
-    return traffic.road_graph(cfg.dataset, cfg.data_root, cfg.num_clients,
-                              cfg.data_spec.traffic_days)
-
-
-def ground_truth(cfg: RunConfig, required: bool = False) -> Partition | None:
-    """The partition's ground truth (cached per process by `load_partition`); None when the server
-    cannot rebuild it, unless `required`."""
-    from datasets.federated import load_partition
-    from datasets.sources import DataNotFoundError
-
-    try:
-        return load_partition(cfg.data_spec)[1]
-    except (DataNotFoundError, OSError):
-        if required:
-            raise
-        return None
-
-
-def structure_truth(cfg: RunConfig) -> tuple[np.ndarray, str] | None:
-    """The true client structure of the run's partition (`strategies.graph.true_structure`): same
-    true cluster where the partition has clusters (label-clusters, domains), else the clients'
-    label-histogram similarity; None when the server cannot rebuild the partition."""
-    from datasets.federated import load_partition
-    from datasets.sources import DataNotFoundError, dataset_task
-
-    try:
-        source, partition = load_partition(cfg.data_spec)
-    except (DataNotFoundError, OSError):
-        return None
-    labels = (getattr(source, "labels", None) if dataset_task(cfg.dataset) == "classification"
-              else None)
-    return true_structure(partition, labels)
+        raise ConfigError(
+            f"run config: key 'sfl.graph' = 'none' is invalid: method '{cfg.method}' needs a prior "
+            "client graph; allowed: 'label-sharing' (image data sets), 'road' (traffic data sets), "
+            "'file' (with sfl.graph-file); or method 'sfl-star' with sfl.beta=1.0, which learns the "
+            "graph alone")
+    return given_graph(cfg, cfg.sfl.graph, cfg.sfl.graph_file, "sfl.graph")
 
 
 def build_sfl(cfg: RunConfig, learn: bool) -> SFL:
@@ -351,9 +277,12 @@ def build_sfl(cfg: RunConfig, learn: bool) -> SFL:
         log.info("SFL*: sfl.beta=1.0 uses the learned graph alone; sfl.graph=%r is not loaded",
                  s.graph)
     if learn and needs_prior and s.graph == "none":
-        raise _invalid("sfl.graph", s.graph, (
-            f"SFL* blends a prior graph with weight 1 − β = {1 - s.beta:g}; set sfl.beta=1.0 to "
-            "learn the graph alone, or choose 'label-sharing', 'road' or 'file'"))
+        from strategies.contracts.base import ConfigError
+
+        raise ConfigError(
+            f"run config: key 'sfl.graph' = 'none' is invalid: SFL* blends a prior graph with weight "
+            f"1 − β = {1 - s.beta:g}; set sfl.beta=1.0 to learn the graph alone, or choose "
+            "'label-sharing', 'road' or 'file'")
     prior = prior_graph(cfg) if needs_prior else None
     reference = None
     if learn:

@@ -263,7 +263,7 @@ def test_given_graph_mode_uses_the_normalised_label_sharing_graph(tiny_run):
                                  "partition": "shards", "num-clients": 6,
                                  "fedska.graph": "label-sharing"})
     strategy = build_strategy(cfg)
-    from strategies.sfl import ground_truth
+    from strategies.priors import ground_truth
 
     a0 = torch.as_tensor(ground_truth(cfg).label_graph)
     torch.testing.assert_close(strategy.prior_hat, symmetric_normalize(a0))

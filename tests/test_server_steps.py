@@ -3,7 +3,7 @@ aggregation as a function of V, FLT's relatedness driven with made-up client rep
 
 import numpy as np
 import torch
-from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, Message, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
 from strategies.contracts.flt import (
