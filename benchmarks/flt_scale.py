@@ -46,13 +46,25 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.compare import RESULTS_DIR, code_version, machine_facts, provenance, set_threads
+from benchmarks.compare import (
+    RESULTS_DIR,
+    code_version,
+    machine_facts,
+    provenance,
+    set_threads,
+)
 from strategies.graph import share_inside_groups
 from strategies.neighbourhood import NeighbourhoodModels, neighbourhood_average
-from strategies.relatedness import (
-    adjusted_rand, cluster_adjacency, set_distances, threshold_adjacency, umap_embed, umap_place, ward_clusters,
-)
 from strategies.personalized import weighted_mean
+from strategies.relatedness import (
+    adjusted_rand,
+    cluster_adjacency,
+    threshold_adjacency,
+    umap_embed,
+    umap_place,
+    ward_clusters,
+)
+from strategies.set_distance import set_distances
 
 MLP_PARAMS = 784 * 200 + 200 + 200 * 10 + 10
 TARGET_FCR_SECONDS = 60.0
@@ -66,7 +78,11 @@ def mnist_centroids(clients: int, clusters: int, k: int, samples: int, latent: i
     from client_app.flt import centroids_of
     from datasets.federated import DataSpec, load_client_data, load_partition
     from datasets.partition import PartitionSpec
-    from models.autoencoder import build_autoencoder, encode_batched, reconstruction_epochs
+    from models.autoencoder import (
+        build_autoencoder,
+        encode_batched,
+        reconstruction_epochs,
+    )
     from strategies.flt import server_held_images
 
     spec = DataSpec("mnist", None, PartitionSpec(

@@ -25,7 +25,6 @@ import logging
 import math
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,21 +32,38 @@ import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 
-from models.autoencoder import build_autoencoder, check_autoencoder_input, reconstruction_epochs
+from models.autoencoder import (
+    build_autoencoder,
+    check_autoencoder_input,
+    reconstruction_epochs,
+)
 from strategies.clients import ClientGrid
-from strategies.graph import share_inside_groups
-from strategies.neighbourhood import NeighbourhoodModels
-from strategies.relatedness import (
-    adjusted_rand, cluster_adjacency, connected_components, set_distances, threshold_adjacency, umap_embed, umap_place, ward_clusters,
-)
 from strategies.contracts.flt import (
-    AUTOENCODER, CENTROIDS, CENTROIDS_MU, ENCODER, QUERY_FLT_EMBED, TRAIN_FLT_AE,
-    AutoencoderInstructions, AutoencoderReply, EmbedInstructions, EmbedReply
+    AUTOENCODER,
+    CENTROIDS,
+    CENTROIDS_MU,
+    ENCODER,
+    QUERY_FLT_EMBED,
+    TRAIN_FLT_AE,
+    AutoencoderInstructions,
+    AutoencoderReply,
+    EmbedInstructions,
+    EmbedReply,
 )
+from strategies.graph import share_inside_groups
 from strategies.messages import CONFIG, METRICS, PERSONAL, TRAIN_LOCAL
+from strategies.neighbourhood import NeighbourhoodModels
 from strategies.params import ParameterLayout
-from strategies.phases import Phase, PhasedStrategy, Steps
 from strategies.personalized import PersonalizedStrategy, weighted_mean
+from strategies.phases import Phase, PhasedStrategy, Steps
+from strategies.relatedness import (
+    Relatedness,
+    adjusted_rand,
+    connected_components,
+    form_client_relatedness,
+    place_client,
+    ward_clusters,
+)
 
 if TYPE_CHECKING:
     from datasets.federated import DataSpec
@@ -58,124 +74,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("flwr.bouquet")
 
 KMEANS_SEED = 43  # [C] sklearn KMeans(random_state=43)
-UMAP_SEED = 42  # [C] UMAP(n_components=2, random_state=42)
 _PRETRAIN_STREAM = 13  # mixed into the seed of the server pretraining's batch order
 
 
-# --- Form Client Relatedness (server side) --------------------------------------------------------
-@dataclass
-class Relatedness:
-    """The server state of FCR (spec §3 Phase 2): per-client centroids and their UMAP coordinates,
-    the fitted reducer, A [M, M] (NaN where a client has no row yet, 0 on the diagonal), the binary
-    Ã [M, M] and, with `num_clusters` > 0, Ward cluster labels (−1 for clients without a row)."""
-
-    num_clients: int
-    gamma: float
-    distance_mode: str
-    num_clusters: int
-    centroids: dict[int, np.ndarray]
-    points: dict[int, np.ndarray]
-    reducer: Any
-    distance: np.ndarray
-    adjacency: np.ndarray
-    clusters: np.ndarray | None
-    seconds: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def placed(self) -> list[int]:
-        """Clients that have a row (answered FCR or were placed later), in client order."""
-        return sorted(self.centroids)
-
-    def aggregation_graph(self) -> np.ndarray:
-        """The graph the models are averaged over: Ã, or with clusters Ã_ij = 1[c_i = c_j] (spec §2);
-        a client without a row keeps a self-only row either way."""
-        if self.clusters is None:
-            return self.adjacency
-        graph = cluster_adjacency(self.clusters)
-        unplaced = self.clusters < 0
-        graph[unplaced, :] = 0.0
-        graph[:, unplaced] = 0.0
-        graph[np.diag_indices(self.num_clients)] = 1.0
-        return graph
-
-    def stacked(self, clients: list[int]) -> tuple[np.ndarray, np.ndarray]:
-        """UMAP points of `clients`' centroids, stacked client after client, and the set sizes."""
-        if not clients:
-            return np.empty((0, 2)), np.empty(0, dtype=np.int64)
-        return (np.concatenate([self.points[c] for c in clients]),
-                np.array([len(self.points[c]) for c in clients], dtype=np.int64))
-
-
-def form_client_relatedness(
-    centroids: dict[int, np.ndarray], num_clients: int, *, gamma: float, distance: str = "matching",
-    clusters: int = 0, umap_neighbors: int = 15,
-) -> Relatedness:
-    """Server side of FCR (spec §2–3): UMAP over all centroids → A (matching or min-pair distance
-    between clients' embedded centroid sets) → Ã = 1[A < γ] with self-loops → optional Ward clusters.
-    `centroids` maps client id → its uploaded [k_m, e] centroids; others get self-only rows."""
-    clients = sorted(centroids)
-    sizes = np.array([len(centroids[c]) for c in clients], dtype=np.int64)
-    seconds: dict[str, float] = {}
-
-    started = time.perf_counter()
-    embedding, reducer = umap_embed(np.concatenate([centroids[c] for c in clients]),
-                                    seed=UMAP_SEED, max_neighbors=umap_neighbors)
-    seconds["umap"] = time.perf_counter() - started
-    offsets = np.concatenate([[0], np.cumsum(sizes)])
-    points = {c: embedding[offsets[i]:offsets[i + 1]] for i, c in enumerate(clients)}
-
-    started = time.perf_counter()
-    distances = np.full((num_clients, num_clients), np.nan)
-    distances[np.ix_(clients, clients)] = set_distances(embedding, sizes, embedding, sizes, distance)
-    np.fill_diagonal(distances, 0.0)
-    seconds["distance"] = time.perf_counter() - started
-
-    started = time.perf_counter()
-    adjacency = threshold_adjacency(distances, gamma)
-    seconds["threshold"] = time.perf_counter() - started
-
-    labels = None
-    if clusters > 0:
-        started = time.perf_counter()
-        labels = np.full(num_clients, -1, dtype=np.int64)
-        labels[clients] = ward_clusters(adjacency[np.ix_(clients, clients)], clusters)
-        seconds["clustering"] = time.perf_counter() - started
-    seconds["server-total"] = sum(seconds.values())
-    return Relatedness(num_clients, gamma, distance, clusters, dict(centroids), points, reducer,
-                       distances, adjacency, labels, seconds)
-
-
-def place_client(relatedness: Relatedness, client: int, centroids: np.ndarray) -> None:
-    """Give a client that answered after FCR its row and column (spec §3, §6.3 [D]): embed its
-    centroids with the fitted UMAP's `transform`, measure its distance to every placed client, and
-    threshold. With clusters it joins the cluster holding most of its Ã-neighbours (none: the cluster
-    of its nearest client)."""
-    rel = relatedness
-    others = [c for c in rel.placed if c != client]
-    own = umap_place(rel.reducer, centroids)
-    rel.centroids[client] = np.asarray(centroids)
-    rel.points[client] = own
-    if not others:
-        return
-    points, sizes = rel.stacked(others)
-    row = set_distances(own, [len(own)], points, sizes, rel.distance_mode)[0]
-    rel.distance[client, others] = row
-    rel.distance[others, client] = row
-    rel.distance[client, client] = 0.0
-    edges = (row < rel.gamma).astype(np.float32)
-    rel.adjacency[client, others] = edges
-    rel.adjacency[others, client] = edges
-    rel.adjacency[client, client] = 1.0
-    if rel.clusters is not None:
-        member = rel.clusters[others]
-        known = member >= 0
-        if known.any():
-            votes = np.bincount(member[known], weights=edges[known])
-            nearest = member[known][np.argmin(row[known])]
-            rel.clusters[client] = int(np.argmax(votes)) if votes.max() > 0 else int(nearest)
-
-
-# --- the strategy ---------------------------------------------------------------------------------
 class FLT(PersonalizedStrategy, PhasedStrategy):
     """FLT over a `ClientGrid`: FCR inside round 1's `configure_train`, then graph-weighted averaging
     of per-client models after every round."""

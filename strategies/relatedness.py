@@ -7,148 +7,16 @@ known clustering. Vectorised over clients: no Python loop over client pairs."""
 from __future__ import annotations
 
 import contextlib
-import itertools
+import time
 import warnings
 from collections.abc import Iterator
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
 
-DistanceMode = Literal["matching", "min-pair"]
-
-
-DISTANCE_MODES: tuple[str, ...] = ("matching", "min-pair")
-
-
-MAX_ENUMERATED_MATCHINGS = 720  # injective maps enumerated at once (k ≤ 6); beyond: one LSA per pair
-
-
-_CHUNK_ELEMENTS = 4_000_000  # float64 elements of one block of intermediate distances (32 MB)
-
-
-# --- centroid sets --------------------------------------------------------------------------------
-def _offsets(sizes: np.ndarray) -> np.ndarray:
-    return np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-
-
-def _check_sets(points: np.ndarray, sizes: np.ndarray, name: str) -> None:
-    if points.ndim != 2:
-        raise ValueError(f"{name}: points must be a 2-D array [Σk, d], got shape {points.shape}")
-    if sizes.ndim != 1 or (sizes < 1).any():
-        raise ValueError(f"{name}: every set needs at least one point, got sizes {sizes.tolist()[:10]}")
-    if int(sizes.sum()) != len(points):
-        raise ValueError(f"{name}: set sizes sum to {int(sizes.sum())} but there are {len(points)} points")
-
-
-def set_distances(
-    points_a: np.ndarray, sizes_a: np.ndarray | list[int],
-    points_b: np.ndarray, sizes_b: np.ndarray | list[int],
-    mode: DistanceMode = "matching",
-) -> np.ndarray:
-    """Distances [len(sizes_a), len(sizes_b)] between point sets stacked set after set (FLT spec §2).
-
-    `matching` [C `min_matching_distance`]: A_ij = min_π sqrt(Σ_{r≤k_s} ||u_{small,r} − u_{big,π(r)}||²)
-    / k_s over injective maps π of the smaller set into the larger (k_s = min(k_i, k_j)).
-    `min-pair` [P]: A_ij = min_{r,s} ||u_{i,r} − u_{j,s}||.
-    """
-    points_a = np.asarray(points_a, dtype=np.float64)
-    points_b = np.asarray(points_b, dtype=np.float64)
-    sizes_a, sizes_b = np.asarray(sizes_a, dtype=np.int64), np.asarray(sizes_b, dtype=np.int64)
-    _check_sets(points_a, sizes_a, "first sets")
-    _check_sets(points_b, sizes_b, "second sets")
-    if points_a.shape[1] != points_b.shape[1]:
-        raise ValueError(f"point dimensions differ: {points_a.shape[1]} vs {points_b.shape[1]}")
-    if mode == "min-pair":
-        return _min_pair(points_a, sizes_a, points_b, sizes_b)
-    if mode == "matching":
-        return _matching(points_a, sizes_a, points_b, sizes_b)
-    raise ValueError(f"unknown distance {mode!r}; allowed: {', '.join(DISTANCE_MODES)}")
-
-
-def _min_pair(pa: np.ndarray, sa: np.ndarray, pb: np.ndarray, sb: np.ndarray) -> np.ndarray:
-    """[P] minimum pairwise distance: all point distances, then segment minima along both axes."""
-    from scipy.spatial.distance import cdist
-
-    oa, ob = _offsets(sa), _offsets(sb)
-    out = np.empty((len(sa), len(sb)))
-    step = max(1, _CHUNK_ELEMENTS // max(int(sa.max()) * len(pb), 1))  # sets of a per block
-    for first in range(0, len(sa), step):
-        last = min(first + step, len(sa))
-        block = cdist(pa[oa[first]:oa[last]], pb)  # [points of these sets, all points of b]
-        rows = np.minimum.reduceat(block, oa[first:last] - oa[first], axis=0)
-        out[first:last] = np.minimum.reduceat(rows, ob[:-1], axis=1)
-    return out
-
-
-def _matching(pa: np.ndarray, sa: np.ndarray, pb: np.ndarray, sb: np.ndarray) -> np.ndarray:
-    """[C] optimal-matching distance, grouped by set sizes so each block is one array expression."""
-    oa, ob = _offsets(sa), _offsets(sb)
-    out = np.empty((len(sa), len(sb)))
-    for ka in np.unique(sa):
-        ia = np.flatnonzero(sa == ka)
-        sets_a = pa[oa[ia][:, None] + np.arange(ka)]  # [na, ka, d]
-        for kb in np.unique(sb):
-            ib = np.flatnonzero(sb == kb)
-            sets_b = pb[ob[ib][:, None] + np.arange(kb)]  # [nb, kb, d]
-            if ka <= kb:
-                block = _matching_block(sets_a, sets_b)
-            else:
-                block = _matching_block(sets_b, sets_a).T
-            out[np.ix_(ia, ib)] = block
-    return out
-
-
-def _matching_block(small: np.ndarray, big: np.ndarray) -> np.ndarray:
-    """Matching distances between every set of `small` [n1, ks, d] and of `big` [n2, kl, d], ks ≤ kl.
-
-    The injective maps π are enumerated as index arrays (k=2: the 2 permutations, k=4: 24), so the
-    minimum over π is taken for all pairs at once; only for k > 6 does each pair get its own
-    Hungarian assignment (scipy `linear_sum_assignment` on squared distances, the same optimum).
-    """
-    n1, ks, _ = small.shape
-    n2, kl, _ = big.shape
-    maps = np.array(list(itertools.permutations(range(kl), ks)), dtype=np.int64)  # [n_maps, ks]
-    if len(maps) > MAX_ENUMERATED_MATCHINGS:
-        return _matching_by_assignment(small, big)
-    out = np.empty((n1, n2))
-    rows = np.arange(ks)
-    step = max(1, _CHUNK_ELEMENTS // max(n2 * ks * max(kl, len(maps)), 1))
-    for start in range(0, n1, step):
-        part = small[start:start + step]
-        # squared distances between centroid r of each small set and centroid s of each big set
-        sq = np.empty((len(part), n2, ks, kl))
-        for r in range(ks):
-            for s in range(kl):
-                diff = part[:, None, r, :] - big[None, :, s, :]
-                sq[:, :, r, s] = np.einsum("abd,abd->ab", diff, diff)
-        cost = sq[:, :, rows, maps].sum(axis=-1)  # [c, n2, n_maps]
-        out[start:start + step] = np.sqrt(cost.min(axis=-1)) / ks
-    return out
-
-
-def _matching_by_assignment(small: np.ndarray, big: np.ndarray) -> np.ndarray:
-    """Fallback for large k: the Hungarian algorithm per pair (spec §6.4 [D])."""
-    from scipy.optimize import linear_sum_assignment
-
-    ks = small.shape[1]
-    out = np.empty((len(small), len(big)))
-    for i, a in enumerate(small):
-        sq = ((a[None, :, None, :] - big[:, None, :, :]) ** 2).sum(-1)  # [n2, ks, kl]
-        for j in range(len(big)):
-            r, c = linear_sum_assignment(sq[j])
-            out[i, j] = np.sqrt(sq[j][r, c].sum()) / ks
-    return out
-
-
-def matching_distance(a: np.ndarray, b: np.ndarray) -> float:
-    """[C] matching distance of two sets [k_i, d], [k_j, d] (Hungarian; the reference for tests)."""
-    from scipy.optimize import linear_sum_assignment
-
-    small, big = (a, b) if len(a) <= len(b) else (b, a)
-    sq = ((np.asarray(small, float)[:, None, :] - np.asarray(big, float)[None, :, :]) ** 2).sum(-1)
-    r, c = linear_sum_assignment(sq)
-    return float(np.sqrt(sq[r, c].sum()) / len(small))
+from strategies.set_distance import set_distances
 
 
 # --- adjacency and clusters -----------------------------------------------------------------------
@@ -280,3 +148,122 @@ def adjusted_rand(labels: np.ndarray, truth: np.ndarray) -> float:
     from sklearn.metrics import adjusted_rand_score
 
     return float(adjusted_rand_score(np.asarray(truth), np.asarray(labels)))
+
+
+UMAP_SEED = 42  # [C] UMAP(n_components=2, random_state=42)
+
+
+# --- Form Client Relatedness (server side) --------------------------------------------------------
+@dataclass
+class Relatedness:
+    """The server state of FCR (spec §3 Phase 2): per-client centroids and their UMAP coordinates,
+    the fitted reducer, A [M, M] (NaN where a client has no row yet, 0 on the diagonal), the binary
+    Ã [M, M] and, with `num_clusters` > 0, Ward cluster labels (−1 for clients without a row)."""
+
+    num_clients: int
+    gamma: float
+    distance_mode: str
+    num_clusters: int
+    centroids: dict[int, np.ndarray]
+    points: dict[int, np.ndarray]
+    reducer: Any
+    distance: np.ndarray
+    adjacency: np.ndarray
+    clusters: np.ndarray | None
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def placed(self) -> list[int]:
+        """Clients that have a row (answered FCR or were placed later), in client order."""
+        return sorted(self.centroids)
+
+    def aggregation_graph(self) -> np.ndarray:
+        """The graph the models are averaged over: Ã, or with clusters Ã_ij = 1[c_i = c_j] (spec §2);
+        a client without a row keeps a self-only row either way."""
+        if self.clusters is None:
+            return self.adjacency
+        graph = cluster_adjacency(self.clusters)
+        unplaced = self.clusters < 0
+        graph[unplaced, :] = 0.0
+        graph[:, unplaced] = 0.0
+        graph[np.diag_indices(self.num_clients)] = 1.0
+        return graph
+
+    def stacked(self, clients: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """UMAP points of `clients`' centroids, stacked client after client, and the set sizes."""
+        if not clients:
+            return np.empty((0, 2)), np.empty(0, dtype=np.int64)
+        return (np.concatenate([self.points[c] for c in clients]),
+                np.array([len(self.points[c]) for c in clients], dtype=np.int64))
+
+
+def form_client_relatedness(
+    centroids: dict[int, np.ndarray], num_clients: int, *, gamma: float, distance: str = "matching",
+    clusters: int = 0, umap_neighbors: int = 15,
+) -> Relatedness:
+    """Server side of FCR (spec §2–3): UMAP over all centroids → A (matching or min-pair distance
+    between clients' embedded centroid sets) → Ã = 1[A < γ] with self-loops → optional Ward clusters.
+    `centroids` maps client id → its uploaded [k_m, e] centroids; others get self-only rows."""
+    clients = sorted(centroids)
+    sizes = np.array([len(centroids[c]) for c in clients], dtype=np.int64)
+    seconds: dict[str, float] = {}
+
+    started = time.perf_counter()
+    embedding, reducer = umap_embed(np.concatenate([centroids[c] for c in clients]),
+                                    seed=UMAP_SEED, max_neighbors=umap_neighbors)
+    seconds["umap"] = time.perf_counter() - started
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    points = {c: embedding[offsets[i]:offsets[i + 1]] for i, c in enumerate(clients)}
+
+    started = time.perf_counter()
+    distances = np.full((num_clients, num_clients), np.nan)
+    distances[np.ix_(clients, clients)] = set_distances(embedding, sizes, embedding, sizes, distance)
+    np.fill_diagonal(distances, 0.0)
+    seconds["distance"] = time.perf_counter() - started
+
+    started = time.perf_counter()
+    adjacency = threshold_adjacency(distances, gamma)
+    seconds["threshold"] = time.perf_counter() - started
+
+    labels = None
+    if clusters > 0:
+        started = time.perf_counter()
+        labels = np.full(num_clients, -1, dtype=np.int64)
+        labels[clients] = ward_clusters(adjacency[np.ix_(clients, clients)], clusters)
+        seconds["clustering"] = time.perf_counter() - started
+    seconds["server-total"] = sum(seconds.values())
+    return Relatedness(num_clients, gamma, distance, clusters, dict(centroids), points, reducer,
+                       distances, adjacency, labels, seconds)
+
+
+def place_client(relatedness: Relatedness, client: int, centroids: np.ndarray) -> None:
+    """Give a client that answered after FCR its row and column (spec §3, §6.3 [D]): embed its
+    centroids with the fitted UMAP's `transform`, measure its distance to every placed client, and
+    threshold. With clusters it joins the cluster holding most of its Ã-neighbours (none: the cluster
+    of its nearest client)."""
+    rel = relatedness
+    others = [c for c in rel.placed if c != client]
+    own = umap_place(rel.reducer, centroids)
+    rel.centroids[client] = np.asarray(centroids)
+    rel.points[client] = own
+    if not others:
+        return
+    points, sizes = rel.stacked(others)
+    row = set_distances(own, [len(own)], points, sizes, rel.distance_mode)[0]
+    rel.distance[client, others] = row
+    rel.distance[others, client] = row
+    rel.distance[client, client] = 0.0
+    edges = (row < rel.gamma).astype(np.float32)
+    rel.adjacency[client, others] = edges
+    rel.adjacency[others, client] = edges
+    rel.adjacency[client, client] = 1.0
+    if rel.clusters is not None:
+        member = rel.clusters[others]
+        known = member >= 0
+        if known.any():
+            votes = np.bincount(member[known], weights=edges[known])
+            nearest = member[known][np.argmin(row[known])]
+            rel.clusters[client] = int(np.argmax(votes)) if votes.max() > 0 else int(nearest)
+
+
+# --- the strategy ---------------------------------------------------------------------------------

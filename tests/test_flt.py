@@ -14,18 +14,23 @@ from client_app.app import app as client_app
 from client_app.flt import local_k
 from models.autoencoder import ConvAutoencoder
 from server_app.app import run
-from strategies.contracts.base import ConfigError
-from strategies.contracts.flt import FLTSection
-from strategies.contracts.run import RunConfig
 from server_app.harness.local_grid import LocalGrid
 from server_app.harness.simulate import simulate
-from strategies.contracts.run import default_run_config
-from strategies.flt import FLT, form_client_relatedness, place_client, server_held_images
-from strategies.local import Local
+from strategies.contracts.base import ConfigError
 from strategies.contracts.flt import (
-    AUTOENCODER, CENTROIDS, CENTROIDS_MU, ENCODER, QUERY_FLT_EMBED, TRAIN_FLT_AE
+    AUTOENCODER,
+    CENTROIDS,
+    CENTROIDS_MU,
+    ENCODER,
+    QUERY_FLT_EMBED,
+    TRAIN_FLT_AE,
+    FLTSection,
 )
+from strategies.contracts.run import RunConfig, default_run_config
+from strategies.flt import FLT, server_held_images
+from strategies.local import Local
 from strategies.messages import CLIENT, METRICS
+from strategies.relatedness import form_client_relatedness, place_client
 
 
 # --- the autoencoder ------------------------------------------------------------------------------

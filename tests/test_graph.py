@@ -11,15 +11,28 @@ import torch
 from scipy.cluster.hierarchy import fcluster, linkage
 
 from strategies.graph import (
-    fresh_graph, share_inside_groups, structure_share, true_structure, uniform_share,
+    fresh_graph,
+    share_inside_groups,
+    structure_share,
+    true_structure,
+    uniform_share,
 )
 from strategies.neighbourhood import (
-    NeighbourhoodModels, neighbourhood_average, neighbourhood_weights,
-)
-from strategies.relatedness import (
-    adjusted_rand, cluster_adjacency, connected_components, matching_distance, set_distances, threshold_adjacency, umap_embed, umap_place, ward_clusters,
+    NeighbourhoodModels,
+    neighbourhood_average,
+    neighbourhood_weights,
 )
 from strategies.personalized import weighted_mean
+from strategies.relatedness import (
+    adjusted_rand,
+    cluster_adjacency,
+    connected_components,
+    threshold_adjacency,
+    umap_embed,
+    umap_place,
+    ward_clusters,
+)
+from strategies.set_distance import matching_distance, set_distances
 
 
 def _brute_matching(a: np.ndarray, b: np.ndarray) -> float:
