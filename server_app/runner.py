@@ -184,9 +184,9 @@ class FederationRunner:
             self.run_phases(getattr(self.strategy, hook)(*args, self.clients))
 
     def evaluation_messages(self, server_round: int, arrays: ArrayRecord) -> list[Message]:
-        self.method_step("before_evaluate", server_round, arrays)
-        return list(self.strategy.configure_evaluate(
-            server_round, arrays, self.evaluate_config(server_round).config(), self.clients))
+        config = self.evaluate_config(server_round).config()
+        self.method_step("before_evaluate", server_round, arrays, config)
+        return list(self.strategy.configure_evaluate(server_round, arrays, config, self.clients))
 
     def evaluate(self, server_round: int, arrays: ArrayRecord) -> dict[str, Any]:
         """An evaluate-only phase; the round's evaluation record."""
@@ -226,9 +226,9 @@ class FederationRunner:
         record is completed with its evaluation."""
         evaluation = (self.evaluation_messages(pending["round"], arrays)
                       if pending is not None else [])
-        self.method_step("before_train", server_round, arrays)
-        messages = list(self.strategy.configure_train(
-            server_round, arrays, self.train_config(server_round).config(), self.clients))
+        config = self.train_config(server_round).config()
+        self.method_step("before_train", server_round, arrays, config)
+        messages = list(self.strategy.configure_train(server_round, arrays, config, self.clients))
         if pending is None:
             return messages, self.exchange(messages, "train")
         trained, evaluated = self.clients.exchange_fused(

@@ -130,7 +130,8 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
         """⌈ρM⌉ clients per round (spec §3 Phase 3), at least one."""
         return max(math.ceil(online * self.fraction_train - 1e-9), 1)
 
-    def before_train(self, server_round: int, arrays: ArrayRecord, grid: ClientGrid) -> Steps[None]:
+    def before_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                     grid: ClientGrid) -> Steps[None]:
         """Phases 0–2 before the first round (and until some client answered), then the placement
         of clients that were unreachable so far."""
         self._bind(arrays, grid)

@@ -11,7 +11,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from flwr.app import ArrayRecord, Message
+from flwr.app import ArrayRecord, ConfigRecord, Message
 
 T = TypeVar("T")
 
@@ -63,12 +63,16 @@ class PhasedStrategy:
     """A strategy with exchanges of its own. Each hook is a step (see `Steps`) the runner drives;
     the defaults need none. `grid` tells which clients are reachable; the step never sends."""
 
-    def before_train(self, server_round: int, arrays: ArrayRecord, grid: Any) -> Steps[None]:
-        """Before round `server_round`'s train messages are configured."""
+    def before_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                     grid: Any) -> Steps[None]:
+        """Before round `server_round`'s train messages are configured (same arguments as
+        `configure_train`)."""
         return no_phases()
 
-    def before_evaluate(self, server_round: int, arrays: ArrayRecord, grid: Any) -> Steps[None]:
-        """Before round `server_round`'s evaluation messages are configured."""
+    def before_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                        grid: Any) -> Steps[None]:
+        """Before round `server_round`'s evaluation messages are configured (same arguments as
+        `configure_evaluate`)."""
         return no_phases()
 
     def after_aggregate(self, server_round: int, grid: Any) -> Steps[None]:

@@ -3,7 +3,7 @@ aggregation as a function of V, FLT's relatedness driven with made-up client rep
 
 import numpy as np
 import torch
-from flwr.app import Array, ArrayRecord, Message, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
 from strategies.contracts.flt import (
@@ -78,7 +78,7 @@ def test_flt_relatedness_from_made_up_replies_joins_clients_with_close_centroids
                                    METRICS: EmbedReply(num_examples=10).metrics()}),
                        reply_to=message)
 
-    answer(flt.before_train(1, arrays, Online(6)), respond)
+    answer(flt.before_train(1, arrays, ConfigRecord(), Online(6)), respond)
     adjacency = flt.relatedness.adjacency
     assert adjacency.shape == (6, 6)
     same = np.equal.outer(np.arange(6) < 3, np.arange(6) < 3)
