@@ -19,10 +19,10 @@ from strategies.contracts.base import ConfigError
 from strategies.contracts.run import RunConfig
 from server_app.harness.simulate import simulate
 from strategies.contracts.run import default_run_config
-from strategies.fedcg import (
-    FedCG, inverse_distance_adjacency, nmi_from_counts, random_adjacency, uniform_adjacency,
-)
+from strategies.fedcg import FedCG
+from strategies.graph import inverse_distance_adjacency, random_adjacency, uniform_adjacency
 from strategies.fedavg import TrainClientsOnly
+from strategies.fedcg_report import nmi_from_counts
 from strategies.contracts.fedcg import STUDENT, FedCGTrainReply
 from strategies.messages import METRICS, MODEL
 from strategies.registry import build_strategy

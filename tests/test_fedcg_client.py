@@ -20,7 +20,8 @@ from strategies.contracts.base import ConfigError
 from strategies.contracts.run import RunConfig
 from strategies.contracts.run import default_run_config
 from strategies.domain_balance import Labelling, logit_moments, soft_marginals
-from strategies.fedcg import FedCG, inverse_distance_adjacency
+from strategies.fedcg import FedCG
+from strategies.graph import inverse_distance_adjacency
 from strategies.contracts.fedcg import (
     QUERY_FEDCG_BALANCE, STUDENT, TEACHER, TEACHER_LABELLING, FedCGBalanceReply,
     FedCGBalanceRequest, FedCGTrainReply
