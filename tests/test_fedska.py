@@ -92,7 +92,8 @@ def test_denoising_at_the_default_rate_keeps_the_groups_that_the_reference_rate_
     x, truth = _common_component(groups=4, per_group=5, dim=200)
     shares = {}
     for lr in (RunConfig().fedska.structure_lr, 0.01):
-        model = StructureModel(200, RunConfig().fedska.model_copy(update={"structure_lr": lr}), 0)
+        settings = RunConfig().fedska.model_copy(update={"structure_lr": lr, "k": 10})
+        model = StructureModel(200, settings, 0)
         shares[lr] = [structure_share(model.fit(x)[0].numpy(), truth) for _ in range(5)]
     assert min(shares[RunConfig().fedska.structure_lr]) == pytest.approx(1.0)
     assert max(shares[0.01][1:]) < 0.9
@@ -377,7 +378,7 @@ def test_graph_start_sends_each_trained_client_its_row_of_the_graph_over_trained
 def test_reference_flags_reproduce_the_numbers_before_the_new_defaults(tiny_run, tmp_path):
     """`fedska.similarity=cosine fedska.start=global fedska.structure-lr=0.01` is the spec /
     reference code; measured on this run before the first two keys existed and while 0.01 was the
-    default learning rate (personalized mean 82.0833 %, Σ S = 5.995339)."""
+    default rate (k = 10 was capped at num-clients − 1 = 5 then, as the default 5 is now) (personalized mean 82.0833 %, Σ S = 5.995339)."""
     summary = simulate({**tiny_run, "method": "fedska", "partition": "shards", "num-clients": 6,
                         "fedska.similarity": "cosine", "fedska.start": "global",
                         "fedska.structure-lr": 0.01})
