@@ -14,6 +14,11 @@ One Flower round (spec §3), all inside the strategy's train step:
 5. H^g = GNN_E(S, P) (no grad) is stored per client and sent with its next `train.fedska`.
 Clients are evaluated with the model they trained (w̄ + E_c local epochs, §6.7); w̄ is reported as
 the global model. Under partial participation H^c and P keep the stale rows of absent clients.
+`fedska.start='graph'` [D]: a client that has trained before starts from its row of the learned graph
+applied to the clients' last trained models, u_k = Σ_j Ŝ_kj V_j (Ŝ = S row-normalised over the
+clients that have trained), instead of w̄ ([P]/[C], `start='global'`); a client that never trained
+starts from w̄. `fedska.similarity='standardized'` [D] standardises the descriptors' embeddings per
+dimension over the clients before the cosine (`models.gnn.StructureLearner`).
 `fedska.graph='label-sharing'` replaces the learned S by the normalised label-sharing graph (the
 given-graph ablation, Table 3); `fedska.tau` > 0 blends that graph into the learned one ([C] τ=0.9).
 """
@@ -55,7 +60,7 @@ from strategies.contracts.fedska import (
     SlotInstructions,
     SlotReply,
 )
-from strategies.graph import structure_share
+from strategies.graph import fresh_graph, structure_share
 from strategies.messages import CONFIG, GLOBAL, METRICS, MODEL, PERSONAL
 from strategies.personalized import PersonalizedStrategy, weighted_mean
 
@@ -90,7 +95,7 @@ class StructureModel:
         self.settings = settings
         with torch.random.fork_rng():  # seeded init that leaves the global RNG as it is
             torch.manual_seed(seed)
-            self.learner = StructureLearner(dim, settings.k)
+            self.learner = StructureLearner(dim, settings.k, settings.similarity)
             h = settings.denoiser_hidden
             self.denoiser = DenseGCN((dim, h, h, dim))
         self.optimizer = torch.optim.Adam(
@@ -150,6 +155,7 @@ class FedSKA(PersonalizedStrategy):
         self.embedded = torch.zeros(num_clients, dtype=torch.bool)
         self.encodings: torch.Tensor | None = None  # H^g [L, K, d], sent next round
         self.graph = torch.eye(num_clients)  # S
+        self.starts: torch.Tensor | None = None  # start='graph': u_k = Ŝ·V, sent next round
         self.structure: StructureModel | None = None
         self.encoder: GCNEncoder | None = None
         self.encoder_optimizer: torch.optim.Optimizer | None = None
@@ -168,7 +174,8 @@ class FedSKA(PersonalizedStrategy):
     # --- messages -----------------------------------------------------------------------------
     def train_content(self, client: int, arrays: ArrayRecord, config: ConfigRecord) -> RecordDict:
         """`train.fedska`: `global` w̄, `graph_target` {h_g: [L, d]} once the client has H^g, λ_S, L."""
-        records: dict[str, Any] = {GLOBAL: arrays}
+        start = self.start_arrays(client)
+        records: dict[str, Any] = {GLOBAL: arrays if start is None else start}
         slots = None
         if self.encodings is not None and bool(self.embedded[client]):
             slots = self.num_slots
@@ -176,6 +183,12 @@ class FedSKA(PersonalizedStrategy):
         records[CONFIG] = FedSKATrain.extending(config, lambda_s=self.settings.lambda_s,
                                                 num_slots=slots).config()
         return RecordDict(records)
+
+    def start_arrays(self, client: int) -> ArrayRecord | None:
+        """`start='graph'`: the client's row u_k of Ŝ·V once it has trained; None = start from w̄."""
+        if self.starts is None or int(self.last_trained[client]) < 0:
+            return None
+        return self.layout.arrays(self.starts[client])
 
     def absorb(self, client: int, content: RecordDict) -> None:
         """V_k ← the trained model; H^c_k ← its descriptor (a malformed one keeps the stale row);
@@ -219,6 +232,8 @@ class FedSKA(PersonalizedStrategy):
         if self.descriptors is not None:
             report.update(self._learn_structure())
         report.update(self._split_learning(arrays, trained))
+        if self.settings.start == "graph":
+            self.starts = self.graph_starts()
         report["fedska-server-seconds"] = time.perf_counter() - started
         self._report = report
         return arrays
@@ -258,6 +273,13 @@ class FedSKA(PersonalizedStrategy):
             report[f"fedska-share-{self.truth_kind}"] = share
             report["fedska-random-knn-share"] = self._random_share(self.truth)
         return report
+
+    def graph_starts(self) -> torch.Tensor:
+        """U = Ŝ·V with Ŝ = S with the columns of never-trained clients set to 0, rows renormalised
+        (`strategies.graph.fresh_graph`): every trained client's start mixes only trained models."""
+        trained = (self.last_trained >= 0).to(torch.float64)
+        mix = fresh_graph(self.graph, trained).to(self.personal.dtype)
+        return mix @ self.personal
 
     def _split_learning(self, arrays: ArrayRecord, trained: list[int]) -> dict[str, Any]:
         """`query.ska_embed`, E_g rounds of `query.ska_grad` + Adam on GNN_E, then H^g (§3 3–5)."""

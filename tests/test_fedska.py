@@ -19,13 +19,14 @@ from models.gnn import (
     DenseGCN, GCNEncoder, StructureLearner, denoising_loss, denoising_mask, symmetric_normalize,
 )
 from server_app.app import run
+from builders import train_config
 from strategies.contracts.base import ConfigError
 from strategies.contracts.run import RunConfig
 from server_app.harness.local_grid import FIRST_NODE_ID, LocalGrid
 from server_app.harness.simulate import simulate
 from strategies.contracts.run import default_run_config
 from strategies.fedska import StructureModel, encoder_gradient_step
-from strategies.graph import share_on_edges
+from strategies.graph import share_on_edges, structure_share
 from strategies.contracts.fedska import (
     GRAD, GRAD_G, H_G, HEAD, QUERY_SKA_EMBED, QUERY_SKA_GRAD, SLOT_ENCODING, SLOT_FEATURES, SLOT_P,
     SlotInstructions
@@ -69,10 +70,66 @@ def test_learned_graph_links_clients_with_similar_descriptors():
     assert share_on_edges(s, truth) == pytest.approx(1.0)  # every edge inside a true group
 
 
+def _common_component(groups=3, per_group=4, dim=16, seed=0):
+    """Non-negative descriptors: a large part shared by every client plus a small per-group part
+    (the shape of mean ReLU features)."""
+    g = torch.Generator().manual_seed(seed)
+    common = 5.0 + torch.rand(dim, generator=g)
+    centres = torch.rand(groups, dim, generator=g)
+    x = torch.cat([common + c + 0.05 * torch.rand(per_group, dim, generator=g) for c in centres])
+    return x, np.kron(np.eye(groups), np.ones((per_group, per_group)))
+
+
+def test_standardized_similarity_finds_groups_that_a_common_component_hides_from_the_cosine():
+    x, truth = _common_component()
+    k = 6  # more neighbours than a group has members
+    cosine = StructureLearner(16, k, "cosine")(x).detach().numpy()
+    standardized = StructureLearner(16, k, "standardized")(x).detach().numpy()
+    assert structure_share(cosine, truth) < 0.6  # about 3 of 6 neighbours in the group
+    assert structure_share(standardized, truth) == pytest.approx(1.0)
+    assert np.allclose(standardized, standardized.T) and (standardized >= 0).all()
+
+
+def test_denoising_at_the_default_rate_keeps_the_groups_that_the_reference_rate_loses():
+    """Adam at the reference rate 0.01 moves each of the MLP's d×d identity weights by ~0.01 per
+    step; at d = 200 that swamps the small differences between clients."""
+    x, truth = _common_component(groups=4, per_group=5, dim=200)
+    shares = {}
+    for lr in (RunConfig().fedska.structure_lr, 0.01):
+        settings = RunConfig().fedska.model_copy(update={"structure_lr": lr, "k": 10})
+        model = StructureModel(200, settings, 0)
+        shares[lr] = [structure_share(model.fit(x)[0].numpy(), truth) for _ in range(5)]
+    assert min(shares[RunConfig().fedska.structure_lr]) == pytest.approx(1.0)
+    assert max(shares[0.01][1:]) < 0.9
+
+
+def test_cosine_similarity_is_the_spec_generator():
+    torch.manual_seed(1)
+    x = torch.rand(10, 8)
+    learner = StructureLearner(8, k=3, similarity="cosine")
+    e = F.normalize(learner.embed(x), dim=1)
+    similarity = e @ e.T
+    top = similarity.topk(4, dim=1).indices
+    expected = torch.zeros_like(similarity).scatter_(1, top, 1.0) * similarity
+    torch.testing.assert_close(learner.sparse(x), F.relu(expected))
+    with pytest.raises(ValueError, match="unknown similarity"):
+        StructureLearner(8, 3, "euclid")
+
+
+def test_standardized_learner_has_finite_gradients_when_a_dimension_is_constant():
+    x, _ = _common_component()
+    x[:, 0] = 0.0  # a dead unit: the same value for every client
+    learner = StructureLearner(16, k=3, similarity="standardized")
+    learner.layers[0].bias.data.zero_()
+    learner.layers[1].bias.data.zero_()
+    learner(x).sum().backward()
+    assert all(torch.isfinite(p.grad).all() for p in learner.parameters())
+
+
 def test_denoising_loss_falls_and_trains_the_generator():
     x, _ = _clustered(per_group=10)
     cfg = RunConfig.from_flower({**default_run_config(), "fedska.k": 5, "fedska.mask-ratio": 0.3,
-                                 "fedska.structure-steps": 150})
+                                 "fedska.structure-steps": 150, "fedska.structure-lr": 0.01})
     model = StructureModel(16, cfg.fedska, seed=0)
     before = [p.detach().clone() for p in model.learner.parameters()]
     _, losses = model.fit(x)
@@ -208,8 +265,10 @@ def test_structure_pull_is_lambda_times_mean_one_minus_cosine():
 
 # --- whole federations ---------------------------------------------------------------------------
 def test_fedska_federation_learns_a_graph_trains_gnn_e_and_reports_bytes_by_phase(tiny_run, tmp_path):
+    # the plain cosine links every pair of these 6 shard clients (standardised, most pairs are
+    # negatively correlated and S has no off-diagonal weight to score)
     summary = simulate({**tiny_run, "method": "fedska", "partition": "shards", "num-clients": 6,
-                        "num-rounds": 2, "finetune-epochs": 1})
+                        "num-rounds": 2, "finetune-epochs": 1, "fedska.similarity": "cosine"})
     assert summary["final"]["personalized"]["mean"] > summary["round-0"]["personalized"]["mean"] + 20
     out = tmp_path / "run"
     graph = np.load(out / "graph.npy")
@@ -294,11 +353,49 @@ def test_identity_encoder_reproduces_the_reference_and_sends_no_gradient_query(t
     torch.testing.assert_close(strategy.encodings, strategy.slots)
 
 
+def test_graph_start_sends_each_trained_client_its_row_of_the_graph_over_trained_models(tiny_run):
+    cfg = RunConfig.from_flower({**default_run_config(), **tiny_run, "method": "fedska",
+                                 "partition": "shards", "num-clients": 4})
+    assert cfg.fedska.start == "graph"
+    strategy = build_strategy(cfg)
+    model = build_model(cfg.model, (1, 28, 28) if cfg.dataset == "mnist" else (1, 8, 8), 10)
+    arrays = ArrayRecord(model.state_dict())
+    from strategies.params import ParameterLayout
+
+    strategy.layout = ParameterLayout.of(arrays)
+    strategy.personal = torch.randn(4, strategy.layout.size)
+    strategy.graph = torch.tensor([[0.5, 0.3, 0.2, 0.0], [0.3, 0.7, 0.0, 0.0],
+                                   [0.2, 0.0, 0.4, 0.4], [0.0, 0.0, 0.4, 0.6]])
+    strategy.last_trained[:] = torch.tensor([1, 1, -1, 2])  # client 2 never trained
+    strategy.starts = strategy.graph_starts()
+    v = strategy.personal
+    torch.testing.assert_close(strategy.starts[0], (0.5 * v[0] + 0.3 * v[1]) / 0.8)  # no column 2
+    torch.testing.assert_close(strategy.starts[3], v[3])
+    sent = strategy.train_content(0, arrays, train_config())[GLOBAL]
+    torch.testing.assert_close(strategy.layout.row(sent), strategy.starts[0])
+    assert strategy.train_content(2, arrays, train_config())[GLOBAL] is arrays  # w̄
+    strategy.settings = strategy.settings.model_copy(update={"start": "global"})
+    strategy.starts = None
+    assert strategy.train_content(0, arrays, train_config())[GLOBAL] is arrays
+
+
+def test_reference_flags_reproduce_the_numbers_before_the_new_defaults(tiny_run, tmp_path):
+    """`fedska.similarity=cosine fedska.start=global fedska.structure-lr=0.01` is the spec /
+    reference code; measured on this run before the first two keys existed and while 0.01 was the
+    default rate (k = 10 was capped at num-clients − 1 = 5 then, as the default 5 is now) (personalized mean 82.0833 %, Σ S = 5.995339)."""
+    summary = simulate({**tiny_run, "method": "fedska", "partition": "shards", "num-clients": 6,
+                        "fedska.similarity": "cosine", "fedska.start": "global",
+                        "fedska.structure-lr": 0.01})
+    assert summary["final"]["personalized"]["mean"] == pytest.approx(82.08333333333333, abs=1e-9)
+    assert float(np.load(tmp_path / "run" / "graph.npy").sum()) == pytest.approx(5.995338529348373,
+                                                                                 abs=1e-6)
+
+
 def test_readme_documents_every_fedska_key():
     from pathlib import Path
 
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     section = readme.split("### FedSKA")[1].split("\n### ")[0]
     keys = [key for key in RunConfig().flat() if key.startswith("fedska.")]
-    assert len(keys) == 14
+    assert len(keys) == 16
     assert [k for k in keys if f"`{k}`" not in section] == []

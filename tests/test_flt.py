@@ -253,6 +253,42 @@ def test_a_client_that_misses_fcr_trains_alone_then_is_placed(tiny_run, tmp_path
     assert np.isfinite(np.load(tmp_path / "run" / "distance.npy")).all()
 
 
+def _inside(adjacency, groups):
+    a = np.asarray(adjacency, dtype=np.float64).copy()
+    np.fill_diagonal(a, 0.0)
+    return float((a * (groups[:, None] == groups[None, :])).sum() / a.sum())
+
+
+def test_default_umap_neighbourhood_keeps_small_clusters_apart_that_fifteen_merges():
+    """5 clusters of 4 clients with 2 centroids each: 8 points per cluster. With n_neighbors = 15 every
+    point's UMAP neighbourhood spans about two clusters, and Ã links across them."""
+    rng = np.random.default_rng(0)
+    groups = np.repeat(np.arange(5), 4)
+    centres = rng.normal(size=(5, 2, 16)) * 3
+    centroids = {c: centres[g] + 0.3 * rng.normal(size=(2, 16)) for c, g in enumerate(groups)}
+    default = form_client_relatedness(centroids, 20, gamma=1.0,
+                                      umap_neighbors=FLTSection().umap_neighbors)
+    reference = form_client_relatedness(centroids, 20, gamma=1.0, umap_neighbors=15)
+    assert _inside(default.adjacency, groups) == pytest.approx(1.0)
+    assert _inside(reference.adjacency, groups) < 0.8
+
+
+def test_reference_umap_neighbours_reproduce_the_numbers_before_the_default_changed(tiny_run,
+                                                                                   tmp_path):
+    """`flt.umap-neighbors=15 flt.fresh-only=false` ([C]) on a 9-client, 3-cluster run: the numbers
+    measured while these were the defaults (personalized mean 84.2593 %, 35 entries of Ã, 69 % of its edges inside clusters);
+    the default links only same-cluster clients on the same run."""
+    common = {**tiny_run, "method": "flt", "partition": "label-clusters", "num-clusters": 3,
+              "labels-per-cluster": 2, "num-clients": 9}
+    reference = simulate({**common, "flt.umap-neighbors": 15, "flt.fresh-only": False,
+                          "run-name": "reference"})
+    assert reference["final"]["personalized"]["mean"] == pytest.approx(84.25925925925927, abs=1e-9)
+    assert float(np.load(tmp_path / "reference" / "graph.npy").sum()) == 35.0
+    assert reference["flt"]["edges-inside-true-clusters"] == pytest.approx(9 / 13)
+    default = simulate({**common, "run-name": "default"})
+    assert default["flt"]["edges-inside-true-clusters"] == pytest.approx(1.0)
+
+
 def test_readme_documents_every_flt_key():
     from pathlib import Path
 

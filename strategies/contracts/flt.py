@@ -24,8 +24,8 @@ class FLTSection(MethodSettings):
     ae_batch_size: int = Field(32, ge=1)
     pretrain_samples: int = Field(0, ge=0)  # > 0: server pretraining on samples no client holds
     pretrain_epochs: int = Field(5, ge=1)
-    umap_neighbors: int = Field(15, ge=2)  # n_neighbors = min(this, Σk − 1)
-    fresh_only: bool = False  # average only the neighbours trained this round (spec: stale included)
+    umap_neighbors: int = Field(5, ge=2)  # n_neighbors = min(this, Σk − 1) ([C] 15)
+    fresh_only: bool = True  # average only the neighbours trained this round (spec: stale included)
 
 
 # --- messages -------------------------------------------------------------------------------
