@@ -63,9 +63,11 @@ from strategies.contracts.fedska import (
 from strategies.graph import fresh_graph, structure_share
 from strategies.messages import CONFIG, GLOBAL, METRICS, MODEL, PERSONAL
 from strategies.personalized import PersonalizedStrategy, weighted_mean
+from strategies.phases import Phase, PhasedStrategy, Steps
 
 if TYPE_CHECKING:
     from datasets.partition import Partition
+    from strategies.clients import ClientGrid
     from strategies.contracts.fedska import FedSKASection
     from strategies.contracts.run import RunConfig
 
@@ -129,20 +131,20 @@ def encoder_gradient_step(encoder: GCNEncoder, adjacency: torch.Tensor, slots: t
     surrogate.backward()
 
 
-class FedSKA(PersonalizedStrategy):
+class FedSKA(PersonalizedStrategy, PhasedStrategy):
     """FedSKA's server half (spec §3). Client models are rows of V (their last trained model)."""
 
     train_message_type = TRAIN_FEDSKA
     _structure_seconds: float | None = None  # the last structure-learning fit (for the progress log)
 
     def __init__(self, num_clients: int, fraction_train: float, settings: FedSKASection, *,
-                 seed: int, round_timeout: float, prior: np.ndarray | None = None,
+                 seed: int, prior: np.ndarray | None = None,
                  reference: np.ndarray | None = None,
                  truth: tuple[np.ndarray, str] | None = None) -> None:
         super().__init__(num_clients, fraction_train)
         if (settings.graph == "label-sharing" or settings.tau > 0) and prior is None:
             raise ValueError("fedska.graph='label-sharing' and fedska.tau > 0 need the prior graph")
-        self.settings, self.seed, self.round_timeout = settings, seed, round_timeout
+        self.settings, self.seed = settings, seed
         self.prior_hat = (None if prior is None
                           else symmetric_normalize(torch.as_tensor(prior, dtype=torch.float32)))
         self.reference = reference  # label-sharing ground truth: display order only
@@ -168,6 +170,7 @@ class FedSKA(PersonalizedStrategy):
         self._trained: list[int] = []
         self._structure_losses: list[float] = []  # the clients' mean L_S this round
         self._report: dict[str, Any] = {}
+        self._split_due: tuple[ArrayRecord, list[int]] | None = None  # for after_aggregate
         self._mark: tuple[int, int] = (0, 0)
         self._round_bytes: dict[str, dict[str, float]] = {}
 
@@ -215,7 +218,8 @@ class FedSKA(PersonalizedStrategy):
 
     # --- server step ----------------------------------------------------------------------------
     def after_train(self, server_round: int) -> ArrayRecord | None:
-        """Steps 2–5 of the round: FedAvg, structure learning, split learning of GNN_E."""
+        """Steps 2–3 of the round: FedAvg and structure learning; the split learning of GNN_E
+        (steps 3–5) follows as the `after_aggregate` step, whose queries the runner sends."""
         if not self._trained:
             return None
         trained = sorted(self._trained)
@@ -231,12 +235,22 @@ class FedSKA(PersonalizedStrategy):
             self._structure_losses = []
         if self.descriptors is not None:
             report.update(self._learn_structure())
-        report.update(self._split_learning(arrays, trained))
         if self.settings.start == "graph":
             self.starts = self.graph_starts()
         report["fedska-server-seconds"] = time.perf_counter() - started
         self._report = report
+        self._split_due = (arrays, trained)
         return arrays
+
+    def after_aggregate(self, server_round: int, grid: ClientGrid) -> Steps[None]:
+        """Split learning of GNN_E on this round's global model and trained clients (§3 3–5)."""
+        if self._split_due is None:
+            return
+        arrays, trained = self._split_due
+        self._split_due = None
+        started = time.perf_counter()
+        self._report.update((yield from self._split_learning(arrays, trained)))
+        self._report["fedska-server-seconds"] += time.perf_counter() - started
 
     def _learn_structure(self) -> dict[str, Any]:
         """S from the descriptors of every client seen so far (§2); unseen clients: self-loops."""
@@ -281,16 +295,16 @@ class FedSKA(PersonalizedStrategy):
         mix = fresh_graph(self.graph, trained).to(self.personal.dtype)
         return mix @ self.personal
 
-    def _split_learning(self, arrays: ArrayRecord, trained: list[int]) -> dict[str, Any]:
+    def _split_learning(self, arrays: ArrayRecord, trained: list[int]) -> Steps[dict[str, Any]]:
         """`query.ska_embed`, E_g rounds of `query.ska_grad` + Adam on GNN_E, then H^g (§3 3–5)."""
-        grid, s = self.clients, self.settings
+        s = self.settings
         if self.num_slots is None:  # L = max_k N_k over the clients seen so far (§3 [D])
             self.num_slots = int(min(float(self.num_examples.max()), s.max_slots))
         slot_config = SlotInstructions(num_slots=self.num_slots, seed=self.seed).config()
         messages = [Message(RecordDict({GLOBAL: arrays, CONFIG: slot_config}), dst_node_id=c,
                             message_type=QUERY_SKA_EMBED) for c in trained]
         answered = []
-        for client, reply in grid.exchange(messages, self.round_timeout, QUERY_SKA_EMBED):
+        for client, reply in (yield Phase(QUERY_SKA_EMBED, messages)):
             p = torch.from_numpy(np.asarray(reply.content[SLOT_FEATURES][SLOT_P].numpy(),
                                             dtype=np.float32))
             dim = (self.slots.shape[2] if self.slots is not None
@@ -329,7 +343,7 @@ class FedSKA(PersonalizedStrategy):
                 CONFIG: slot_config}), dst_node_id=c, message_type=QUERY_SKA_GRAD) for c in answered]
             grads: dict[int, torch.Tensor] = {}
             client_losses = []
-            for client, reply in grid.exchange(messages, self.round_timeout, QUERY_SKA_GRAD):
+            for client, reply in (yield Phase(QUERY_SKA_GRAD, messages)):
                 g = torch.from_numpy(np.asarray(reply.content[GRAD][GRAD_G].numpy(),
                                                 dtype=np.float32))
                 if g.shape != encodings[:, client, :].shape or not bool(torch.isfinite(g).all()):
@@ -433,5 +447,5 @@ def build_fedska(cfg: RunConfig) -> FedSKA:
     truth = ground_truth(cfg)
     reference = truth.label_graph if truth is not None else None
     return FedSKA(cfg.num_clients, cfg.fraction_train, s, seed=cfg.seed,
-                  round_timeout=cfg.round_timeout, prior=prior, reference=reference,
+                  prior=prior, reference=reference,
                   truth=structure_truth(cfg))
