@@ -187,7 +187,8 @@ class FedCGSection(_Settings):
     # (a control: the student still assigns domains at test time)
     clustering: Literal["clf", "kmeans", "oracle"] = "clf"
     kmeans_epochs: int = Field(1, ge=1)  # clustering='kmeans': local epochs of each client's model
-    domain_lr: float = Field(0.01, gt=0.0)  # SGD of the student (no momentum, no weight decay)
+    # SGD of the student (no momentum, no weight decay); 0.2 measured best (the spec's CPU row: 0.01)
+    domain_lr: float = Field(0.2, gt=0.0)
     domain_stride: int = Field(1, ge=1)  # stride of both convs of the domain classifiers
     classifier_pool: Literal["global", "avg2", "flatten"] = "global"  # domain classifier pooling (§6.10)
     soft: bool = True  # test assignment: student probabilities (false: one-hot argmax)

@@ -52,9 +52,7 @@ from datasets.sources import SOURCE_INFO
 from models import build_model
 from models.fedcg import DomainClassifier, FedCGModel
 from strategies.clients import ClientGrid
-from strategies.domain_balance import (
-    Labelling, scaled_offsets, standardisation, temperatures, warm_offsets,
-)
+from strategies.domain_balance import Labelling, Marginals, sinkhorn_labelling, standardisation
 from strategies.graph import pairwise_row_distances
 from strategies.messages import (
     ADJACENCY, CONFIG, FEDCG_METRICS, GRAPH, METRICS, MODEL, PERSONAL, QUERY_FEDCG_BALANCE, STUDENT,
@@ -311,21 +309,16 @@ class FedCG(Strategy):
             labelling = Labelling(mean, np.ones(d), np.zeros(d), 1.0)
             report: dict[str, Any] = {}
         else:
-            offset, report, previous = np.zeros(d), {}, 1.0
-            for temperature in temperatures(s.sinkhorn_iters, s.sinkhorn_temperature):
-                offset, previous = warm_offsets(offset, previous, float(temperature)), float(temperature)
-                labelling = Labelling(mean, sd, offset, float(temperature))
-                marginals = [a for a in self._ask_teacher(grid, "marginals", labelling) if a.num_examples]
-                if not marginals:
+            def marginals(labelling: Labelling) -> Marginals | None:
+                answers = [a for a in self._ask_teacher(grid, "marginals", labelling) if a.num_examples]
+                if not answers:
                     log.warning("fedcg: no client sent soft marginals; Sinkhorn stopped early")
-                    break
-                counts = [a.num_examples for a in marginals]
-                soft = [a.soft_sum for a in marginals]
-                n = float(sum(counts))
-                report = {"soft-marginals": (np.sum(soft, axis=0) / n).round(6).tolist(),
-                          "hard-histogram": np.sum([a.hard_counts for a in marginals], axis=0).tolist()}
-                offset = scaled_offsets(offset, soft, counts)
-            labelling = Labelling(mean, sd, offset, labelling.temperature)
+                    return None
+                return ([a.num_examples for a in answers], [a.soft_sum for a in answers],
+                        [a.hard_counts for a in answers])
+
+            labelling, report = sinkhorn_labelling(mean, sd, s.sinkhorn_iters, s.sinkhorn_temperature,
+                                                   marginals)
         self.labelling, self.labelling_version = labelling, self.teacher_version
         self.balance_report = {"teacher-version": self.teacher_version,
                                "temperature": labelling.temperature,

@@ -18,7 +18,9 @@ from models import build_model
 from models.fedcg import DomainClassifier, FedCGModel, FedCGSpec
 from server_app.config import ConfigError, RunConfig
 from server_app.simulate import default_run_config
-from strategies.domain_balance import Labelling, logit_moments, soft_marginals
+from strategies.domain_balance import (
+    Labelling, logit_moments, sinkhorn_labelling, soft_marginals, standardisation,
+)
 from strategies.fedcg import FedCG, inverse_distance_adjacency
 from strategies.messages import (
     CONFIG, METRICS, MODEL, QUERY_FEDCG_BALANCE, STUDENT, TEACHER, TEACHER_LABELLING, FedCGBalanceReply,
@@ -204,6 +206,30 @@ def test_federated_offsets_equal_a_central_sinkhorn_on_the_union_of_the_logits()
     np.testing.assert_allclose(scores, 20.0 * zhat + b, atol=1e-5)
     records = strategy.teacher_records()  # the labelling travels with the teacher
     assert Labelling.from_record(records[TEACHER_LABELLING], D).offset.tolist() == labelling.offset.tolist()
+
+
+def test_sinkhorn_labelling_over_client_sums_equals_a_central_sinkhorn_and_stops_without_answers():
+    """The server's loop (strategies.domain_balance.sinkhorn_labelling) fed the clients' soft sums."""
+    g = torch.Generator().manual_seed(5)
+    logits = [torch.randn(n, D, generator=g) * torch.tensor([0.5, 1.0, 3.0, 1.0]) + torch.tensor([0, 2.0, 0, 1])
+              for n in (25, 40, 17)]
+    moments = [logit_moments(z) for z in logits]
+    mean, sd = standardisation(*zip(*moments))
+    asked = []
+
+    def marginals(labelling):
+        asked.append(labelling.temperature)
+        answers = [soft_marginals(z, labelling) for z in logits]
+        return [a[0] for a in answers], [a[1] for a in answers], [a[2] for a in answers]
+
+    labelling, report = sinkhorn_labelling(mean, sd, 9, 50.0, marginals)
+    union = torch.cat(logits).double().numpy()
+    _, b = _central_sinkhorn(union, 9, 50.0)
+    np.testing.assert_allclose(labelling.offset, b, atol=1e-5)
+    np.testing.assert_allclose(asked, np.geomspace(1.0, 50.0, 9))
+    assert labelling.temperature == 50.0 and sum(report["hard-histogram"]) == len(union)
+    silent, report = sinkhorn_labelling(mean, sd, 9, 50.0, lambda labelling: None)
+    assert silent.offset.tolist() == [0.0] * D and silent.temperature == 1.0 and report == {}
 
 
 def test_a_teacher_with_every_image_in_one_domain_still_gives_balanced_hard_labels():
