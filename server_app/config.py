@@ -183,6 +183,7 @@ class FedCGSection(_Settings):
     relu: bool = True  # σ = ReLU on the GCN outputs (false: identity)
     residual: bool = True  # false: branch only (no agnostic layer)
     lambda_init: float = 0.1  # initial λ of every FedCG layer
+    gcn_init: Literal["glorot", "scaled"] = "glorot"  # GCN weights: Glorot (spec) or variance-preserving
     # clf: teacher/student; kmeans: K-means of client models; oracle: each image's true domain
     # (a control: the student still assigns domains at test time)
     clustering: Literal["clf", "kmeans", "oracle"] = "clf"
@@ -224,7 +225,8 @@ class FedCGSection(_Settings):
 
         return FedCGSpec(num_domains=self.domains, layers=self.layers, gcn_layers=self.gcn_layers,
                          bottleneck=self.bottleneck, use_w=self.use_w, relu=self.relu,
-                         residual=self.residual, lambda_init=self.lambda_init)
+                         residual=self.residual, lambda_init=self.lambda_init,
+                         gcn_init=self.gcn_init)
 
 
 class RunConfig(_Settings):
