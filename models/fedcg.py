@@ -30,6 +30,7 @@ from torch.nn import functional as F
 from models.backbones import Backbone
 
 LAYER_CHOICES = ("last", "all")
+GCN_INITS = ("glorot", "scaled")
 ONE_LAYER_MAX_WEIGHTS = 1 << 24  # q·q above this (64 MiB of float32) needs the 2-layer bottleneck
 
 
@@ -45,6 +46,8 @@ class FedCGSpec:
     relu: bool = True  # σ = ReLU (True) or the identity
     residual: bool = True  # False: branch only, z = Σ_d w_d f(x; θ̂^d) (Table 3 "GCN" rows)
     lambda_init: float = 0.1
+    # W init: "glorot" (spec §3) or "scaled" (variance-preserving: V̂ starts at V's scale; `gcn_weights`)
+    gcn_init: str = "glorot"
 
     def __post_init__(self) -> None:
         if self.num_domains < 1:
@@ -55,6 +58,8 @@ class FedCGSpec:
             raise ValueError(f"fedcg.gcn-layers must be 1 or 2, got {self.gcn_layers}")
         if self.bottleneck < 1:
             raise ValueError(f"fedcg.bottleneck must be >= 1, got {self.bottleneck}")
+        if self.gcn_init not in GCN_INITS:
+            raise ValueError(f"fedcg.gcn-init must be one of {GCN_INITS}, got {self.gcn_init!r}")
 
 
 def _glorot(rows: int, cols: int) -> nn.Parameter:
@@ -62,6 +67,30 @@ def _glorot(rows: int, cols: int) -> nn.Parameter:
     if weight.device.type != "meta":
         nn.init.xavier_uniform_(weight)
     return nn.Parameter(weight)
+
+
+def _uniform(rows: int, cols: int, variance: float) -> nn.Parameter:
+    weight = torch.empty(rows, cols)
+    if weight.device.type != "meta":
+        bound = (3.0 * variance) ** 0.5
+        nn.init.uniform_(weight, -bound, bound)
+    return nn.Parameter(weight)
+
+
+def gcn_weights(q: int, spec: "FedCGSpec") -> dict[str, nn.Parameter]:
+    """The GCN weights of one FedCG layer: `W` [q, q] (1 layer) or `W1` [q, b], `W2` [b, q].
+
+    `glorot` (spec §3): Glorot-uniform. With q ≫ b its expanding W2 has variance 2/(q + b) ≈ 2/q, so
+    V̂ starts ~20× smaller than V (cnn, last layer: sd 0.0015 against 0.029) and λ·θ̂ is ~0.5 % of
+    θ_a: the branches barely act and learn slowly. `scaled`: variance 1/fan-in, doubled after a ReLU
+    (He), so every GCN layer keeps its input's second moment and V̂ starts at V's scale."""
+    relu_gain = 2.0 if spec.relu else 1.0
+    if spec.gcn_layers == 1:
+        return {"W": _glorot(q, q) if spec.gcn_init == "glorot" else _uniform(q, q, 1.0 / q)}
+    b = spec.bottleneck
+    if spec.gcn_init == "glorot":
+        return {"W1": _glorot(q, b), "W2": _glorot(b, q)}
+    return {"W1": _uniform(q, b, 1.0 / q), "W2": _uniform(b, q, relu_gain / b)}
 
 
 class FedCGConv(nn.Module):
@@ -84,11 +113,9 @@ class FedCGConv(nn.Module):
                     f"{q} parameters (limit {ONE_LAYER_MAX_WEIGHTS:,}); use fedcg.gcn-layers=2 (bottleneck) "
                     "or fedcg.use-w=false"
                 )
-            self.W = _glorot(q, q)
-        elif spec.use_w:
-            b = spec.bottleneck
-            self.W1 = _glorot(q, b)
-            self.W2 = _glorot(b, q)
+        if spec.use_w:
+            for name, weight in gcn_weights(q, spec).items():
+                self.register_parameter(name, weight)
         self.register_parameter("lambda", nn.Parameter(torch.full((1,), float(spec.lambda_init))))
         self._adjacency: torch.Tensor | None = None
         self._domains: torch.Tensor | None = None

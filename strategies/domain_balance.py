@@ -20,12 +20,13 @@ A `Labelling` turns a teacher's logits z [n, D] into pseudo-domains
   puts all in one domain, 30 steps to λ = 100: largest domain 249 with the warm start, 311 without).
 
 The client half computes `logit_moments` / `soft_marginals` on its cached teacher logits; the server
-half (`standardisation`, `temperatures`, `scaled_offsets`) only ever sees per-domain sums.
+half (`standardisation`, then `sinkhorn_labelling` built on `temperatures`, `warm_offsets` and
+`scaled_offsets`) only ever sees per-domain sums.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -129,3 +130,45 @@ def scaled_offsets(offset: np.ndarray, soft_sums: Sequence[Sequence[float]],
     """One Sinkhorn column scaling: b_d ← b_d − log(D · Σ_k s_k,d / Σ_k n_k)."""
     share = np.sum(np.asarray(soft_sums, dtype=np.float64), axis=0) / float(np.sum(counts))
     return offset - np.log(len(offset) * np.maximum(share, MIN_SHARE))
+
+
+Marginals = tuple[Sequence[int], Sequence[Sequence[float]], Sequence[Sequence[int]]]  # n_k, s_k, hard_k
+
+
+SinkhornResult = tuple[Labelling, dict[str, list[float] | list[int]]]
+
+
+def sinkhorn_labelling(mean: np.ndarray, scale: np.ndarray, iters: int, final_temperature: float,
+                       marginals: Callable[[Labelling], Marginals | None]) -> SinkhornResult:
+    """The Sinkhorn labelling of a standardised teacher (`sinkhorn_steps`) with `marginals(labelling)`
+    answering each step: the clients' (n_k, soft sums s_k, hard counts) under a labelling — one
+    federated exchange — or None when no client answered (the scaling then stops early)."""
+    steps = sinkhorn_steps(mean, scale, iters, final_temperature)
+    try:
+        labelling = next(steps)
+        while True:
+            labelling = steps.send(marginals(labelling))
+    except StopIteration as done:
+        return done.value
+
+
+def sinkhorn_steps(mean: np.ndarray, scale: np.ndarray, iters: int, final_temperature: float
+                   ) -> Generator[Labelling, Marginals | None, SinkhornResult]:
+    """`iters` column scalings with λ raised geometrically to `final_temperature` (b warm-started at
+    each rise): yields the labelling of each step and receives the clients' marginals under it
+    (None: nobody answered, stop). Returns the final labelling and the last step's report (soft
+    marginals, hard histogram; empty when no step was answered)."""
+    d = len(mean)
+    offset, previous, report = np.zeros(d), 1.0, {}
+    labelling = Labelling(mean, scale, offset, 1.0)
+    for temperature in temperatures(iters, final_temperature):
+        offset, previous = warm_offsets(offset, previous, float(temperature)), float(temperature)
+        labelling = Labelling(mean, scale, offset, float(temperature))
+        answer = yield labelling
+        if answer is None:
+            break
+        counts, soft, hard = answer
+        report = {"soft-marginals": (np.sum(soft, axis=0) / float(np.sum(counts))).round(6).tolist(),
+                  "hard-histogram": np.sum(hard, axis=0).tolist()}
+        offset = scaled_offsets(offset, soft, counts)
+    return Labelling(mean, scale, offset, labelling.temperature), report

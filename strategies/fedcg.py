@@ -65,13 +65,7 @@ from strategies.contracts.fedcg import (
     FedCGTrain,
     FedCGTrainReply,
 )
-from strategies.domain_balance import (
-    Labelling,
-    scaled_offsets,
-    standardisation,
-    temperatures,
-    warm_offsets,
-)
+from strategies.domain_balance import Labelling, sinkhorn_steps, standardisation
 from strategies.graph import inverse_distance_adjacency, random_adjacency, uniform_adjacency
 from strategies.messages import (
     CONFIG,
@@ -83,6 +77,7 @@ from strategies.messages import (
 )
 from strategies.params import ParameterLayout
 from strategies.personalized import weighted_mean
+from strategies.phases import Phase, PhasedStrategy, Steps
 from strategies.fedcg_report import FedCGReporting, largest_share, nmi_from_counts
 
 if TYPE_CHECKING:
@@ -95,7 +90,7 @@ BRANCH_SEED_OFFSET = 7919  # branch rows, W, λ and the domain classifiers: a st
 
 # --- eq. 6–7 and the other adjacencies -------------------------------------------------------------
 # --- the strategy --------------------------------------------------------------------------------------
-class FedCG(Strategy, FedCGReporting):
+class FedCG(Strategy, FedCGReporting, PhasedStrategy):
     """FedCG server (see the module docstring)."""
 
     def __init__(self, cfg: RunConfig, truth: Partition | None = None) -> None:
@@ -168,7 +163,7 @@ class FedCG(Strategy, FedCGReporting):
                  ", ".join(self.layer_names), len(self.train_clients), len(self.test_clients))
 
     # --- clustering=kmeans: one K-means of the client models before round 1 ([C offline_kmeans]) ---
-    def cluster_clients(self, config: ConfigRecord, grid: ClientGrid) -> None:
+    def cluster_clients(self, config: ConfigRecord, grid: ClientGrid) -> Steps[None]:
         """Every train client fine-tunes the initial backbone (`train.local`, kmeans-epochs); PCA to
         95% variance of the flattened models, sample-weighted KMeans(D) → one domain per client.
         A client without a model gets domain 0."""
@@ -183,7 +178,7 @@ class FedCG(Strategy, FedCGReporting):
                     for c in self.train_clients if c in online]
         layout = ParameterLayout.of(self.initial_backbone)
         clients, rows, weights = [], [], []
-        for client, reply in grid.exchange(messages, self.cfg.round_timeout, "fedcg k-means"):
+        for client, reply in (yield Phase("fedcg k-means", messages)):
             clients.append(client)
             rows.append(layout.row(reply.content[PERSONAL]).numpy())
             weights.append(TrainReply.read(reply.content[METRICS]).num_examples)
@@ -200,7 +195,7 @@ class FedCG(Strategy, FedCGReporting):
 
     # --- balanced pseudo-domains (§6.9) ----------------------------------------------------------
     def _ask_teacher(self, grid: ClientGrid, statistic: str, labelling: Labelling | None = None
-                     ) -> list[FedCGBalanceReply]:
+                     ) -> Steps[list[FedCGBalanceReply]]:
         """One `query.fedcg_balance` exchange with every online train client; the well-formed
         replies in client-id order (a reply with sums of the wrong length or not finite is logged
         and skipped)."""
@@ -213,7 +208,7 @@ class FedCG(Strategy, FedCGReporting):
         messages = [Message(content, dst_node_id=c, message_type=QUERY_FEDCG_BALANCE)
                     for c in self.train_clients if c in online]
         answers = []
-        for client, reply in grid.exchange(messages, self.cfg.round_timeout, QUERY_FEDCG_BALANCE):
+        for client, reply in (yield Phase(QUERY_FEDCG_BALANCE, messages)):
             answer = FedCGBalanceReply.read(reply.content[METRICS])
             sums = [answer.logit_sum, answer.logit_square_sum] if statistic == "moments" else [answer.soft_sum]
             if any(v is None or len(v) != d or not np.isfinite(v).all() for v in sums):
@@ -223,7 +218,7 @@ class FedCG(Strategy, FedCGReporting):
             answers.append(answer)
         return answers
 
-    def update_labelling(self, grid: ClientGrid) -> None:
+    def update_labelling(self, grid: ClientGrid) -> Steps[None]:
         """Form the labelling of the current teacher once (round 1 and after every φ ← ϕ): the
         federated mean (and, for sinkhorn, sd) of its logits, then the Sinkhorn offsets. With no
         usable reply the labelling stays unset (plain argmax) and is asked for again next time."""
@@ -231,7 +226,7 @@ class FedCG(Strategy, FedCGReporting):
         if not s.balanced or self.labelling_version == self.teacher_version:
             return
         self.labelling = None
-        moments = [a for a in self._ask_teacher(grid, "moments") if a.num_examples > 0]
+        moments = [a for a in (yield from self._ask_teacher(grid, "moments")) if a.num_examples > 0]
         if not moments:
             log.warning("fedcg: no client sent teacher logit sums; pseudo-domains stay unbalanced "
                         "until the next round asks again")
@@ -243,21 +238,19 @@ class FedCG(Strategy, FedCGReporting):
             labelling = Labelling(mean, np.ones(d), np.zeros(d), 1.0)
             report: dict[str, Any] = {}
         else:
-            offset, report, previous = np.zeros(d), {}, 1.0
-            for temperature in temperatures(s.sinkhorn_iters, s.sinkhorn_temperature):
-                offset, previous = warm_offsets(offset, previous, float(temperature)), float(temperature)
-                labelling = Labelling(mean, sd, offset, float(temperature))
-                marginals = [a for a in self._ask_teacher(grid, "marginals", labelling) if a.num_examples]
-                if not marginals:
-                    log.warning("fedcg: no client sent soft marginals; Sinkhorn stopped early")
-                    break
-                counts = [a.num_examples for a in marginals]
-                soft = [a.soft_sum for a in marginals]
-                n = float(sum(counts))
-                report = {"soft-marginals": (np.sum(soft, axis=0) / n).round(6).tolist(),
-                          "hard-histogram": np.sum([a.hard_counts for a in marginals], axis=0).tolist()}
-                offset = scaled_offsets(offset, soft, counts)
-            labelling = Labelling(mean, sd, offset, labelling.temperature)
+            steps = sinkhorn_steps(mean, sd, s.sinkhorn_iters, s.sinkhorn_temperature)
+            try:
+                labelling = next(steps)
+                while True:
+                    answers = [a for a in (yield from self._ask_teacher(grid, "marginals", labelling))
+                               if a.num_examples]
+                    if not answers:
+                        log.warning("fedcg: no client sent soft marginals; Sinkhorn stopped early")
+                    labelling = steps.send(([a.num_examples for a in answers],
+                                            [a.soft_sum for a in answers],
+                                            [a.hard_counts for a in answers]) if answers else None)
+            except StopIteration as done:
+                labelling, report = done.value
         self.labelling, self.labelling_version = labelling, self.teacher_version
         self.balance_report = {"teacher-version": self.teacher_version,
                                "temperature": labelling.temperature,
@@ -273,15 +266,27 @@ class FedCG(Strategy, FedCGReporting):
         return records
 
     # --- messages ---------------------------------------------------------------------------------
+    def before_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                     grid: ClientGrid) -> Steps[None]:
+        """Exchanges due before training: K-means of the clients' models (once, clustering=kmeans)
+        and the labelling of a new teacher (balancing queries)."""
+        self._bind(arrays, grid)
+        if self.settings.clustering == "kmeans" and self.client_domain is None:
+            yield from self.cluster_clients(config, grid)
+        yield from self.update_labelling(grid)
+
+    def before_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                        grid: ClientGrid) -> Steps[None]:
+        """The labelling of a new teacher (its test histograms are reported under it)."""
+        self._bind(arrays, grid)
+        yield from self.update_labelling(grid)
+
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: ClientGrid) -> Iterable[Message]:
         """`train.fedcg` to a sample of the train clients: `model`, `student`, `teacher`, `graph`."""
         self._bind(arrays, grid)
         s = self.settings
         config["server-round"] = server_round
-        if s.clustering == "kmeans" and self.client_domain is None:
-            self.cluster_clients(config, grid)
-        self.update_labelling(grid)
         online = set(grid.get_node_ids())
         candidates = [c for c in self.train_clients if c in online]
         if not candidates:
@@ -356,7 +361,6 @@ class FedCG(Strategy, FedCGReporting):
         """`evaluate.fedcg` to every test client: `model`, `student`, `teacher` (for the report), A."""
         self._bind(arrays, grid)
         config["server-round"] = server_round
-        self.update_labelling(grid)
         records = {MODEL: self.model, STUDENT: self.student, GRAPH: self.graph_record(),
                    **self.teacher_records(), CONFIG: config}
         online = set(grid.get_node_ids())

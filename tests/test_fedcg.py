@@ -130,6 +130,26 @@ def test_gcn_forms_and_v_hat_rows_reshape_to_branch_tensors():
         FedCGConv(torch.nn.Conv2d(16, 32, 5), FedCGSpec(gcn_layers=1))
 
 
+def test_scaled_gcn_init_keeps_the_branch_rows_scale_and_glorot_shrinks_them():
+    """fedcg.gcn-init: `scaled` keeps V's second moment through the GCN (up to the final ReLU's
+    half), Glorot (the spec's init) shrinks the cnn's last-layer branches ~20×."""
+    a = torch.eye(D)
+    ratios = {}
+    for init in ("glorot", "scaled"):
+        torch.manual_seed(0)
+        layer = FedCGConv(torch.nn.Conv2d(16, 32, 5, padding=2), FedCGSpec(num_domains=D, gcn_init=init))
+        v_hat = layer.node_features(a).detach()
+        ratios[init] = float(v_hat.pow(2).mean() / layer.V.detach().pow(2).mean())
+    assert 0.25 < ratios["scaled"] < 1.0, ratios  # E[relu(h)²] = E[h²]/2 with E[h²] = E[V²]
+    assert ratios["glorot"] < 0.01, ratios
+    one = FedCGConv(torch.nn.Conv2d(2, 3, 3), FedCGSpec(num_domains=D, gcn_layers=1, gcn_init="scaled"))
+    assert abs(float(one.W.detach().var()) * one.q - 1.0) < 0.1
+    with pytest.raises(ValueError, match="fedcg.gcn-init"):
+        FedCGSpec(gcn_init="he")
+    with pytest.raises(ConfigError, match="gcn.init"):
+        RunConfig.from_flower({**default_run_config(), "method": "fedcg", "model": "cnn", "fedcg.gcn-init": "he"})
+
+
 @pytest.mark.parametrize("use_w,gcn_layers", [(True, 2), (False, 2), (False, 1)])
 def test_loss_on_one_domain_reaches_every_branch_row_when_a_is_not_identity(use_w, gcn_layers):
     model = _model(use_w=use_w, gcn_layers=gcn_layers, relu=False)

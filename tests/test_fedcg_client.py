@@ -19,8 +19,11 @@ from models.fedcg import DomainClassifier, FedCGModel, FedCGSpec
 from strategies.contracts.base import ConfigError
 from strategies.contracts.run import RunConfig
 from strategies.contracts.run import default_run_config
-from strategies.domain_balance import Labelling, logit_moments, soft_marginals
+from strategies.domain_balance import (
+    Labelling, logit_moments, sinkhorn_labelling, soft_marginals, standardisation,
+)
 from strategies.fedcg import FedCG
+from strategies.phases import run_phases
 from strategies.graph import inverse_distance_adjacency
 from strategies.contracts.fedcg import (
     QUERY_FEDCG_BALANCE, STUDENT, TEACHER, TEACHER_LABELLING, FedCGBalanceReply,
@@ -136,8 +139,8 @@ def test_pseudo_domains_without_a_labelling_are_the_plain_argmax_bit_for_bit():
 
 
 class _FakeClients:
-    """`grid.exchange` of train clients answering `query.fedcg_balance` from fixed teacher logits,
-    with the client half's own functions."""
+    """Train clients answering `query.fedcg_balance` from fixed teacher logits, with the client
+    half's own functions (`label` drives the strategy's labelling step through them)."""
 
     def __init__(self, logits: list[torch.Tensor]):
         self.logits, self.asked = logits, []
@@ -161,6 +164,10 @@ class _FakeClients:
                             SimpleNamespace(content=RecordDict({METRICS: answer.metrics()}))))
         return replies
 
+    def label(self, strategy: FedCG) -> None:
+        run_phases(strategy.update_labelling(self),
+                   lambda phase: self.exchange(phase.messages, 0.0, phase.name))
+
 
 def _balanced_strategy(logits: list[torch.Tensor], **settings) -> tuple[FedCG, _FakeClients]:
     cfg = RunConfig.from_flower({**default_run_config(), "method": "fedcg", "model": "cnn", "dataset": "digits",
@@ -170,7 +177,7 @@ def _balanced_strategy(logits: list[torch.Tensor], **settings) -> tuple[FedCG, _
     grid = _FakeClients(logits)
     torch.manual_seed(0)
     strategy._bind(ArrayRecord(build_model("cnn", (1, 28, 28), 10).state_dict()), grid)
-    strategy.update_labelling(grid)
+    grid.label(strategy)
     return strategy, grid
 
 
@@ -209,6 +216,30 @@ def test_federated_offsets_equal_a_central_sinkhorn_on_the_union_of_the_logits()
     assert Labelling.from_record(records[TEACHER_LABELLING], D).offset.tolist() == labelling.offset.tolist()
 
 
+def test_sinkhorn_labelling_over_client_sums_equals_a_central_sinkhorn_and_stops_without_answers():
+    """The server's loop (strategies.domain_balance.sinkhorn_labelling) fed the clients' soft sums."""
+    g = torch.Generator().manual_seed(5)
+    logits = [torch.randn(n, D, generator=g) * torch.tensor([0.5, 1.0, 3.0, 1.0]) + torch.tensor([0, 2.0, 0, 1])
+              for n in (25, 40, 17)]
+    moments = [logit_moments(z) for z in logits]
+    mean, sd = standardisation(*zip(*moments))
+    asked = []
+
+    def marginals(labelling):
+        asked.append(labelling.temperature)
+        answers = [soft_marginals(z, labelling) for z in logits]
+        return [a[0] for a in answers], [a[1] for a in answers], [a[2] for a in answers]
+
+    labelling, report = sinkhorn_labelling(mean, sd, 9, 50.0, marginals)
+    union = torch.cat(logits).double().numpy()
+    _, b = _central_sinkhorn(union, 9, 50.0)
+    np.testing.assert_allclose(labelling.offset, b, atol=1e-5)
+    np.testing.assert_allclose(asked, np.geomspace(1.0, 50.0, 9))
+    assert labelling.temperature == 50.0 and sum(report["hard-histogram"]) == len(union)
+    silent, report = sinkhorn_labelling(mean, sd, 9, 50.0, lambda labelling: None)
+    assert silent.offset.tolist() == [0.0] * D and silent.temperature == 1.0 and report == {}
+
+
 def test_a_teacher_with_every_image_in_one_domain_still_gives_balanced_hard_labels():
     g = torch.Generator().manual_seed(4)
     logits = [torch.randn(n, D, generator=g) * 0.3 + torch.tensor([6.0, 0.0, 0.0, 0.0]) for n in (80, 120, 60)]
@@ -227,11 +258,11 @@ def test_labelling_is_formed_once_per_teacher():
     logits = [torch.randn(20, D, generator=torch.Generator().manual_seed(c)) for c in range(3)]
     strategy, grid = _balanced_strategy(logits, **{"sinkhorn-iters": 3})
     asked = len(grid.asked)
-    strategy.update_labelling(grid)  # same teacher: no new query
+    grid.label(strategy)  # same teacher: no new query
     assert len(grid.asked) == asked
     strategy.teacher, strategy.teacher_version = strategy.student, 1  # φ ← ϕ (as aggregate_train)
     assert TEACHER_LABELLING not in strategy.teacher_records()
-    strategy.update_labelling(grid)
+    grid.label(strategy)
     assert len(grid.asked) == 2 * asked and TEACHER_LABELLING in strategy.teacher_records()
 
 
