@@ -102,3 +102,41 @@ def test_fedska_structure_step_learns_the_client_clusters_from_descriptors_alone
     assert graph.shape == (12, 12) and len(losses) == FedSKASection().structure_steps
     truth = np.equal.outer(groups.numpy(), groups.numpy())
     assert structure_share(graph.numpy(), truth) >= 0.95
+
+
+def test_fedcg_labelling_step_balances_a_collapsed_teacher_from_made_up_client_sums():
+    """FedCG's balancing (§6.9) driven without a grid: the clients' per-domain sums come from fixed
+    teacher logits that put every image in domain 0; the labelling the step forms spreads them."""
+    from client_app.fedcg import pseudo_domains
+    from models import build_model
+    from strategies.contracts.fedcg import (
+        TEACHER_LABELLING, FedCGBalanceReply, FedCGBalanceRequest,
+    )
+    from strategies.contracts.run import RunConfig, default_run_config
+    from strategies.domain_balance import Labelling, logit_moments, soft_marginals
+    from strategies.fedcg import FedCG
+    from strategies.messages import CONFIG
+
+    d = 4
+    g = torch.Generator().manual_seed(0)
+    logits = [torch.randn(n, d, generator=g) * 0.3 + torch.tensor([6.0, 0, 0, 0]) for n in (80, 60, 70)]
+    cfg = RunConfig.from_flower({**default_run_config(), "method": "fedcg", "model": "cnn",
+                                 "dataset": "digits", "num-clients": 3, "fedcg.bottleneck": 4})
+    fedcg = FedCG(cfg)
+    arrays = ArrayRecord(build_model("cnn", (1, 28, 28), 10).state_dict())
+
+    def respond(client: int, message: Message) -> Message:
+        z = logits[client]
+        if FedCGBalanceRequest.read(message.content[CONFIG]).statistic == "moments":
+            n, sums, squares = logit_moments(z)
+            reply = FedCGBalanceReply(num_examples=n, logit_sum=sums, logit_square_sum=squares)
+        else:
+            labelling = Labelling.from_record(message.content[TEACHER_LABELLING], d)
+            n, soft, hard = soft_marginals(z, labelling)
+            reply = FedCGBalanceReply(num_examples=n, soft_sum=soft, hard_counts=hard)
+        return Message(RecordDict({METRICS: reply.metrics()}), reply_to=message)
+
+    answer(fedcg.before_train(1, arrays, ConfigRecord(), Online(3)), respond)
+    hist = np.bincount(pseudo_domains(torch.cat(logits), fedcg.labelling).numpy(), minlength=d)
+    assert hist.max() / hist.sum() <= 1 / d + 0.05, hist
+    assert fedcg.balance_report["hard-histogram"] == hist.tolist()
