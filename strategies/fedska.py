@@ -35,11 +35,7 @@ import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 
 from models.gnn import (
-    DenseGCN,
     GCNEncoder,
-    StructureLearner,
-    denoising_loss,
-    denoising_mask,
     symmetric_normalize,
 )
 from strategies.contracts.fedska import (
@@ -64,6 +60,11 @@ from strategies.graph import fresh_graph, structure_share
 from strategies.messages import CONFIG, GLOBAL, METRICS, MODEL, PERSONAL
 from strategies.personalized import PersonalizedStrategy, weighted_mean
 from strategies.phases import Phase, PhasedStrategy, Steps
+from strategies.structure_learning import (
+    StructureModel,
+    encoder_gradient_step,
+    random_knn_graph,
+)
 
 if TYPE_CHECKING:
     from datasets.partition import Partition
@@ -75,60 +76,6 @@ log = logging.getLogger("flwr.bouquet")
 
 GRAPH_HISTORY_MAX_CLIENTS = 256  # keep every round's S (learned-graphs.npy, per-round heatmaps)
 HEAD_PREFIX = "head."
-
-
-def random_knn_graph(num_nodes: int, k: int, seed: int) -> np.ndarray:
-    """A random graph with the learned graph's sparsity: every row links k other nodes chosen
-    uniformly (seeded), symmetrised — the baseline of the graph-quality share."""
-    rng = np.random.default_rng(seed)
-    graph = np.zeros((num_nodes, num_nodes))
-    k = max(0, min(k, num_nodes - 1))
-    for i in range(num_nodes):
-        others = np.delete(np.arange(num_nodes), i)
-        graph[i, rng.choice(others, size=k, replace=False)] = 1.0
-    return np.maximum(graph, graph.T)
-
-
-class StructureModel:
-    """The server's structure learner (MLP generator + GNN_D, one Adam, §2) over the descriptors
-    of the clients seen so far; `fit` runs E_S denoising steps and returns S and the losses."""
-
-    def __init__(self, dim: int, settings: FedSKASection, seed: int) -> None:
-        self.settings = settings
-        with torch.random.fork_rng():  # seeded init that leaves the global RNG as it is
-            torch.manual_seed(seed)
-            self.learner = StructureLearner(dim, settings.k, settings.similarity)
-            h = settings.denoiser_hidden
-            self.denoiser = DenseGCN((dim, h, h, dim))
-        self.optimizer = torch.optim.Adam(
-            [*self.learner.parameters(), *self.denoiser.parameters()], lr=settings.structure_lr)
-        self.generator = torch.Generator().manual_seed(seed)
-
-    def fit(self, descriptors: torch.Tensor) -> tuple[torch.Tensor, list[float]]:
-        """E_S steps of L_D (a new mask per step), then S = learner(H^c) (no grad)."""
-        s = self.settings
-        self.learner.k = max(1, min(s.k, len(descriptors) - 1))
-        losses = []
-        for _ in range(s.structure_steps):
-            mask = denoising_mask(tuple(descriptors.shape), s.mask_ratio, self.generator)
-            loss = denoising_loss(self.learner, self.denoiser, descriptors, mask, s.noise,
-                                  self.generator)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            self.optimizer.step()
-            losses.append(float(loss.detach()))
-        with torch.no_grad():
-            return self.learner(descriptors), losses
-
-
-def encoder_gradient_step(encoder: GCNEncoder, adjacency: torch.Tensor, slots: torch.Tensor,
-                          grads: dict[int, torch.Tensor]) -> None:
-    """Set the encoder's `.grad` to ∇θ_E = Σ_k backward(⟨H^g_k, G_k⟩) over the clients that replied
-    (Eq 8, server side), with H^g = GNN_E(S, P) recomputed at the current θ_E."""
-    encodings = encoder(adjacency, slots)
-    surrogate = sum((encodings[:, k, :] * g).sum() for k, g in grads.items())
-    encoder.zero_grad(set_to_none=True)
-    surrogate.backward()
 
 
 class FedSKA(PersonalizedStrategy, PhasedStrategy):
@@ -436,8 +383,7 @@ def _array(tensor: torch.Tensor) -> Array:
 def build_fedska(cfg: RunConfig) -> FedSKA:
     """FedSKA from the run config; the prior graph (given-graph mode, τ > 0) is loaded and checked
     before any client is contacted."""
-    from strategies.priors import given_graph
-    from strategies.priors import ground_truth, structure_truth
+    from strategies.priors import given_graph, ground_truth, structure_truth
 
     s = cfg.fedska
     prior = None

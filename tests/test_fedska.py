@@ -6,33 +6,48 @@ import json
 import numpy as np
 import pytest
 import torch
+from builders import train_config
 from flwr.app import ArrayRecord, Message, RecordDict
 from torch.nn import functional as F
 
 from client_app.app import app as client_app
 from client_app.fedska import (
-    StructurePull, slot_permutation, slot_samples, slot_targets,
+    StructurePull,
+    slot_permutation,
+    slot_samples,
+    slot_targets,
 )
 from datasets.federated import load_client_data
 from models import build_model
 from models.gnn import (
-    DenseGCN, GCNEncoder, StructureLearner, denoising_loss, denoising_mask, symmetric_normalize,
+    DenseGCN,
+    GCNEncoder,
+    StructureLearner,
+    denoising_loss,
+    denoising_mask,
+    symmetric_normalize,
 )
 from server_app.app import run
-from builders import train_config
-from strategies.contracts.base import ConfigError
-from strategies.contracts.run import RunConfig
 from server_app.harness.local_grid import FIRST_NODE_ID, LocalGrid
 from server_app.harness.simulate import simulate
-from strategies.contracts.run import default_run_config
-from strategies.fedska import StructureModel, encoder_gradient_step
-from strategies.graph import share_on_edges, structure_share
+from strategies.contracts.base import ConfigError
 from strategies.contracts.fedska import (
-    GRAD, GRAD_G, H_G, HEAD, QUERY_SKA_EMBED, QUERY_SKA_GRAD, SLOT_ENCODING, SLOT_FEATURES, SLOT_P,
-    SlotInstructions
+    GRAD,
+    GRAD_G,
+    H_G,
+    HEAD,
+    QUERY_SKA_EMBED,
+    QUERY_SKA_GRAD,
+    SLOT_ENCODING,
+    SLOT_FEATURES,
+    SLOT_P,
+    SlotInstructions,
 )
+from strategies.contracts.run import RunConfig, default_run_config
+from strategies.graph import share_on_edges, structure_share
 from strategies.messages import CLIENT, CONFIG, GLOBAL, METRICS, ClientAddress
 from strategies.registry import build_strategy
+from strategies.structure_learning import StructureModel, encoder_gradient_step
 
 
 # --- the structure learner (§2 Generator, Sparsify, Symmetrize) ------------------------------------

@@ -90,7 +90,7 @@ def test_fedska_structure_step_learns_the_client_clusters_from_descriptors_alone
     """FedSKA's structure learning (§2) on plain descriptor tensors: two groups of clients whose mean
     features differ in a few dimensions get a graph with its weight inside the groups."""
     from strategies.contracts.fedska import FedSKASection
-    from strategies.fedska import StructureModel
+    from strategies.structure_learning import StructureModel
     from strategies.graph import structure_share
 
     generator = torch.Generator().manual_seed(0)
