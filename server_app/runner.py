@@ -22,7 +22,7 @@ from flwr.app import ArrayRecord, Message
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
-from datasets.partition import Partition
+from datasets.partition import Partition, heldout_test_clients
 from datasets.sources import dataset_task
 from server_app.callbacks import (
     Checkpointing,
@@ -34,7 +34,7 @@ from server_app.callbacks import (
 from server_app.checkpoint import CheckpointStore
 from server_app.metrics import accuracy_summary, regression_summary
 from server_app.reporting import RunRecorder
-from strategies.clients import ClientGrid
+from strategies.clients import ClientGrid, TrainClients
 from strategies.contracts.provenance import code_fingerprint
 from strategies.contracts.run import RunConfig
 from strategies.messages import (
@@ -105,6 +105,10 @@ class FederationRunner:
         self.recorder = recorder
         self.clients = ClientGrid(grid, cfg.num_clients, code_fingerprint(),
                                   ReplyValidator(cfg.max_update_norm, known_record_names()))
+        held_out = heldout_test_clients(cfg.data_spec.partition)
+        # training samples among the clients with training data only (held-out test clients: none)
+        self.train_clients = self.clients if held_out is None else TrainClients(
+            self.clients, sorted(set(range(cfg.num_clients)) - {int(c) for c in held_out}))
         self.latest: dict[int, dict[str, Any]] = {}  # client id -> last evaluation metrics
         self.traffic = TrafficCount(cfg.num_clients)
         self.checkpointing = (Checkpointing(self, checkpoints, self.traffic)
@@ -228,7 +232,8 @@ class FederationRunner:
                       if pending is not None else [])
         config = self.train_config(server_round).config()
         self.method_step("before_train", server_round, arrays, config)
-        messages = list(self.strategy.configure_train(server_round, arrays, config, self.clients))
+        messages = list(self.strategy.configure_train(server_round, arrays, config,
+                                                      self.train_clients))
         if pending is None:
             return messages, self.exchange(messages, "train")
         trained, evaluated = self.clients.exchange_fused(

@@ -16,6 +16,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from flwr.app import ArrayRecord, Error, Message, RecordDict
 from flwr.serverapp import Grid
@@ -246,3 +247,18 @@ class ClientGrid:
         self.bytes_up.clear()
         self._client_of_message.clear()
         return down, up
+
+
+class TrainClients:
+    """A `ClientGrid` that lists only the clients with training data among the reachable ones (whole
+    test clients held out have none); everything else is the grid's. The runner hands it to every
+    strategy's `configure_train`, so sampling for training never draws a test client."""
+
+    def __init__(self, grid: ClientGrid, train_clients: Iterable[int]) -> None:
+        self._grid, self._train = grid, frozenset(int(c) for c in train_clients)
+
+    def get_node_ids(self) -> list[int]:
+        return [node for node in self._grid.get_node_ids() if node in self._train]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._grid, name)

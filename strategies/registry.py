@@ -111,16 +111,13 @@ def build_strategy(cfg: RunConfig) -> Strategy:
 # --- the built-in methods -------------------------------------------------------------------------
 
 def _fedavg(cfg: RunConfig) -> Strategy:
-    from strategies.fedavg import build_fedavg, train_clients_only
-    return train_clients_only(build_fedavg(cfg.fraction_train, cfg.aggregation, cfg.trim_fraction),
-                              cfg.data_spec.partition)
+    from strategies.fedavg import build_fedavg
+    return build_fedavg(cfg.fraction_train, cfg.aggregation, cfg.trim_fraction)
 
 
 def _fedprox(cfg: RunConfig) -> Strategy:
-    from strategies.fedavg import build_fedprox, train_clients_only
-    return train_clients_only(
-        build_fedprox(cfg.fraction_train, cfg.fedprox.mu, cfg.aggregation, cfg.trim_fraction),
-        cfg.data_spec.partition)
+    from strategies.fedavg import build_fedprox
+    return build_fedprox(cfg.fraction_train, cfg.fedprox.mu, cfg.aggregation, cfg.trim_fraction)
 
 
 def _local(cfg: RunConfig) -> Strategy:

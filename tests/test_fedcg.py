@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, RecordDict
+from flwr.app import ArrayRecord, RecordDict
 from torch.nn import functional as F
 
 from client_app.fedcg import domain_probabilities
@@ -21,11 +21,10 @@ from server_app.harness.simulate import simulate
 from strategies.contracts.run import default_run_config
 from strategies.fedcg import FedCG
 from strategies.graph import inverse_distance_adjacency, random_adjacency, uniform_adjacency
-from strategies.fedavg import TrainClientsOnly
+from strategies.clients import TrainClients
 from strategies.fedcg_report import nmi_from_counts
 from strategies.contracts.fedcg import STUDENT, FedCGTrainReply
 from strategies.messages import METRICS, MODEL
-from strategies.registry import build_strategy
 
 D = 4
 
@@ -408,19 +407,19 @@ def test_resume_right_after_a_teacher_replacement_is_bit_identical(tiny_run, tmp
     assert resumed["fedcg"]["lambda"] == full["fedcg"]["lambda"]
 
 
-def test_fedavg_samples_only_the_train_clients_when_test_clients_are_held_out(tiny_run, tmp_path):
-    simulate({**tiny_run, "method": "fedavg", "partition": "domains", "num-clients": 10, "num-rounds": 2,
-              "max-samples-per-client": 20, "domain-test-clients": 0.5, "fraction-train": 0.6,
-              "client-threads": 1}, num_nodes=2)
+@pytest.mark.parametrize("method", ["fedavg", "sfl"])
+def test_training_samples_only_the_train_clients_when_test_clients_are_held_out(method, tiny_run,
+                                                                                 tmp_path):
+    """The runner offers every strategy only the clients with training data for training: ⌊0.6 · 5
+    train clients⌋ = 3 train each round (not ⌊0.6 · 10⌋), and no held-out test client is asked."""
+    simulate({**tiny_run, "method": method, "partition": "domains", "num-clients": 10,
+              "num-rounds": 2, "max-samples-per-client": 20, "domain-test-clients": 0.5,
+              "fraction-train": 0.6, "client-threads": 1}, num_nodes=2)
     rounds = [json.loads(line) for line in (tmp_path / "run" / "rounds.jsonl").read_text().splitlines()]
-    assert all(r["clients-trained"] == 3 for r in rounds[1:])  # ⌊0.6 · 5 train clients⌋
-    cfg = RunConfig.from_flower({**default_run_config(), "method": "fedavg", "partition": "domains",
-                                 "num-clients": 10, "domain-test-clients": 0.5, "fraction-train": 0.6})
-    strategy = build_strategy(cfg)
-    grid = SimpleNamespace(get_node_ids=lambda: list(range(10)))
-    arrays = ArrayRecord(build_model("mclr", (1, 28, 28), 10).state_dict())
-    for _ in range(20):
-        sampled = [m.metadata.dst_node_id for m in strategy.configure_train(1, arrays, ConfigRecord(), grid)]
-        assert len(sampled) == 3 and set(sampled) <= set(range(5))  # clients 5..9 are held out
-    plain = build_strategy(RunConfig.from_flower({**default_run_config(), "method": "fedavg"}))
-    assert not isinstance(plain, TrainClientsOnly)  # no held-out clients: Flower's FedAvg as it is
+    assert all(r["clients-trained"] == 3 for r in rounds[1:])
+    cfg = RunConfig.from_flower({**default_run_config(), "method": method, "partition": "domains",
+                                 "num-clients": 10, "domain-test-clients": 0.5})
+    held_out = set(heldout_test_clients(cfg.data_spec.partition).tolist())
+    grid = TrainClients(SimpleNamespace(get_node_ids=lambda: list(range(10))),
+                        [c for c in range(10) if c not in held_out])
+    assert set(grid.get_node_ids()) == set(range(10)) - held_out and len(held_out) == 5
