@@ -261,4 +261,6 @@ class TrainClients:
         return [node for node in self._grid.get_node_ids() if node in self._train]
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # not yet set (e.g. while a checkpoint is unpickled)
+            raise AttributeError(name)
         return getattr(self._grid, name)
