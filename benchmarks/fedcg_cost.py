@@ -81,7 +81,7 @@ def round_one(overrides: dict[str, Any]) -> tuple[RunConfig, dict[str, Message],
 
     strategy = FedCG(cfg)
     clients = SimpleNamespace(get_node_ids=lambda: [0], exchange=exchange)
-    strategy._bind(arrays, clients)
+    strategy.bind(arrays, clients)
     start = time.perf_counter()
     strategy.update_labelling(clients)
     balancing = time.perf_counter() - start

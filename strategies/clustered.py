@@ -67,8 +67,8 @@ class ClusteredStrategy(PersonalizedStrategy):
         """The `[C, P]` centre models before round 1."""
         raise NotImplementedError
 
-    def _bind(self, arrays: ArrayRecord, grid: ClientGrid) -> None:
-        super()._bind(arrays, grid)
+    def bind(self, arrays: ArrayRecord, grid: ClientGrid) -> None:
+        super().bind(arrays, grid)
         if self.centres is None:
             self.centres = self.initial_centres(arrays)
 

@@ -120,7 +120,7 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy):
         self.rounds: dict[int, dict[str, Any]] = {}  # per-round report (train + evaluation)
 
     # --- state ----------------------------------------------------------------------------------
-    def _bind(self, arrays: ArrayRecord, grid: ClientGrid) -> None:
+    def bind(self, arrays: ArrayRecord, grid: ClientGrid) -> None:
         self.clients = grid
         if self.model is not None:
             return
@@ -270,7 +270,7 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy):
                      grid: ClientGrid) -> Steps[None]:
         """Exchanges due before training: K-means of the clients' models (once, clustering=kmeans)
         and the labelling of a new teacher (balancing queries)."""
-        self._bind(arrays, grid)
+        self.bind(arrays, grid)
         if self.settings.clustering == "kmeans" and self.client_domain is None:
             yield from self.cluster_clients(config, grid)
         yield from self.update_labelling(grid)
@@ -278,13 +278,13 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy):
     def before_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: ClientGrid) -> Steps[None]:
         """The labelling of a new teacher (its test histograms are reported under it)."""
-        self._bind(arrays, grid)
+        self.bind(arrays, grid)
         yield from self.update_labelling(grid)
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: ClientGrid) -> Iterable[Message]:
         """`train.fedcg` to a sample of the train clients: `model`, `student`, `teacher`, `graph`."""
-        self._bind(arrays, grid)
+        self.bind(arrays, grid)
         s = self.settings
         config["server-round"] = server_round
         online = set(grid.get_node_ids())
@@ -359,7 +359,7 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy):
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                            grid: ClientGrid) -> Iterable[Message]:
         """`evaluate.fedcg` to every test client: `model`, `student`, `teacher` (for the report), A."""
-        self._bind(arrays, grid)
+        self.bind(arrays, grid)
         config["server-round"] = server_round
         records = {MODEL: self.model, STUDENT: self.student, GRAPH: self.graph_record(),
                    **self.teacher_records(), CONFIG: config}

@@ -101,8 +101,8 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
         self._report: dict[str, Any] = {}
 
     # --- per-client models ----------------------------------------------------------------------
-    def _bind(self, arrays: ArrayRecord, grid: ClientGrid) -> None:
-        super()._bind(arrays, grid)
+    def bind(self, arrays: ArrayRecord, grid: ClientGrid) -> None:
+        super().bind(arrays, grid)
         if self.models is None:
             self.models = NeighbourhoodModels(self.layout.row(arrays), self.num_clients)
 
@@ -134,7 +134,7 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
                      grid: ClientGrid) -> Steps[None]:
         """Phases 0–2 before the first round (and until some client answered), then the placement
         of clients that were unreachable so far."""
-        self._bind(arrays, grid)
+        self.bind(arrays, grid)
         if self.relatedness is None:
             yield from self.form_relatedness(grid)
         else:

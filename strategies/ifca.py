@@ -84,7 +84,7 @@ class IFCA(ClusteredStrategy):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: ClientGrid
     ) -> Iterable[Message]:
         """Clients with a cluster test its model (`evaluate`); others choose (`evaluate.ifca`)."""
-        self._bind(arrays, grid)
+        self.bind(arrays, grid)
         config["server-round"] = server_round
         messages = []
         for client in grid.get_node_ids():

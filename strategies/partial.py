@@ -58,9 +58,9 @@ class PartialSharing(PersonalizedStrategy):
         self.shared: torch.Tensor | None = None  # g [P] (only the masked columns are used)
         self._trained: list[tuple[int, float]] = []
 
-    def _bind(self, arrays: ArrayRecord, grid: ClientGrid) -> None:
+    def bind(self, arrays: ArrayRecord, grid: ClientGrid) -> None:
         first = self.layout is None
-        super()._bind(arrays, grid)
+        super().bind(arrays, grid)
         if first:
             self.mask = shared_columns(self.layout, self.shared_part)
             self.shared = self.layout.row(arrays).clone()

@@ -100,7 +100,8 @@ class PersonalizedStrategy(Strategy, MethodReporter):
     def personal_arrays(self, client: int) -> ArrayRecord:
         return self.layout.arrays(self.personal[client])
 
-    def _bind(self, arrays: ArrayRecord, grid: ClientGrid) -> None:
+    def bind(self, arrays: ArrayRecord, grid: ClientGrid) -> None:
+        """Attach the grid of this round and, on first use, lay out V from the global model."""
         self.clients = grid
         if self.layout is None:
             self.layout = ParameterLayout.of(arrays)
@@ -118,7 +119,7 @@ class PersonalizedStrategy(Strategy, MethodReporter):
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: ClientGrid
     ) -> Iterable[Message]:
-        self._bind(arrays, grid)
+        self.bind(arrays, grid)
         config["server-round"] = server_round
         sampled, _ = sample_nodes(grid, 1, self.sample_size(len(grid.get_node_ids())))
         return [
@@ -150,7 +151,7 @@ class PersonalizedStrategy(Strategy, MethodReporter):
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: ClientGrid
     ) -> Iterable[Message]:
-        self._bind(arrays, grid)
+        self.bind(arrays, grid)
         config["server-round"] = server_round
         return [
             Message(self.evaluate_content(c, arrays, config), dst_node_id=c, message_type=EVALUATE)

@@ -86,9 +86,9 @@ class SFL(PersonalizedStrategy):
         self._report: dict[str, Any] = {}
 
     # --- messages -----------------------------------------------------------------------------
-    def _bind(self, arrays: ArrayRecord, grid: ClientGrid) -> None:
+    def bind(self, arrays: ArrayRecord, grid: ClientGrid) -> None:
         first = self.layout is None
-        super()._bind(arrays, grid)  # V: every row = w0 (§3)
+        super().bind(arrays, grid)  # V: every row = w0 (§3)
         if first:
             self.aggregated = self.personal.clone()  # U = V at the start
             self.global_row = self.personal[0].clone()  # w = w0

@@ -231,7 +231,7 @@ def test_teacher_changes_exactly_at_multiples_of_t_and_adjacency_after_warmup():
     strategy = FedCG(cfg)
     torch.manual_seed(0)
     grid = SimpleNamespace(client_id=lambda reply: reply.client, get_node_ids=lambda: list(range(10)))
-    strategy._bind(ArrayRecord(build_model("cnn", (1, 28, 28), 10).state_dict()), grid)
+    strategy.bind(ArrayRecord(build_model("cnn", (1, 28, 28), 10).state_dict()), grid)
     changed, identity = [], []
     for t in range(1, 8):
         before = strategy.teacher

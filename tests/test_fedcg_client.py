@@ -176,7 +176,7 @@ def _balanced_strategy(logits: list[torch.Tensor], **settings) -> tuple[FedCG, _
     strategy = FedCG(cfg)
     grid = _FakeClients(logits)
     torch.manual_seed(0)
-    strategy._bind(ArrayRecord(build_model("cnn", (1, 28, 28), 10).state_dict()), grid)
+    strategy.bind(ArrayRecord(build_model("cnn", (1, 28, 28), 10).state_dict()), grid)
     grid.label(strategy)
     return strategy, grid
 

@@ -9,7 +9,6 @@ from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 from models import build_model
 from server_app.harness.simulate import simulate
 from strategies.messages import CONFIG, METRICS, PERSONAL, TRAIN_LOCAL
-from strategies.params import ParameterLayout
 from strategies.partial import FedPer, LGFedAvg, shared_columns
 
 
@@ -17,7 +16,7 @@ def _setup(cls, num_clients=3):
     torch.manual_seed(0)
     arrays = ArrayRecord(build_model("mclr", (1, 28, 28), 10).state_dict())
     strategy = cls(num_clients, 1.0)
-    strategy._bind(arrays, grid=None)
+    strategy.bind(arrays, grid=None)
     return strategy, arrays, strategy.layout
 
 
