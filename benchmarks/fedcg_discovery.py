@@ -35,7 +35,7 @@ from typing import Any
 from benchmarks.compare import (
     RESULTS_DIR, code_version, log_progress, machine_facts, parse_set, provenance, set_threads,
 )
-from benchmarks.fedcg_domains import DEFAULTS, _mean_sd
+from benchmarks.fedcg_domains import DEFAULTS, variant_table
 
 log = logging.getLogger("bouquet.benchmarks")
 
@@ -152,13 +152,8 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         "",
         f"Mean ± sd over {len(meta['seeds'])} seed(s):",
         "",
-        "| variant | " + " | ".join(title for _, title, _ in COLUMNS) + " |",
-        "|---|" + "---:|" * len(COLUMNS),
     ]
-    for name in meta["variants"]:
-        values = [r for r in rows if r["variant"] == name]
-        lines.append(f"| {name} | " + " | ".join(_mean_sd([v[key] for v in values], digits)
-                                                for key, _, digits in COLUMNS) + " |")
+    lines += variant_table(list(meta["variants"]), rows, COLUMNS)
     lines += ["", "Every run:", "", "| variant | seed | NMI test (final) | NMI labels | test histogram |",
               "|---|---:|---:|---:|---|"]
     for r in rows:

@@ -184,6 +184,19 @@ def _mean_sd(values: list[float | None], digits: int) -> str:
     return f"{mean:.{digits}f} ± {sd:.{digits}f}"
 
 
+def variant_table(variants: list[str], rows: list[dict[str, float | None]],
+                  columns: list[tuple[str, str, int]]) -> list[str]:
+    """Markdown lines: one row per variant, each column (key, title, digits) as mean ± sd over that
+    variant's `rows` (dicts with a `variant` key)."""
+    lines = ["| variant | " + " | ".join(title for _, title, _ in columns) + " |",
+             "|---|" + "---:|" * len(columns)]
+    for variant in variants:
+        values = [r for r in rows if r["variant"] == variant]
+        lines.append(f"| {variant} | " + " | ".join(_mean_sd([v[key] for v in values], digits)
+                                                   for key, _, digits in columns) + " |")
+    return lines
+
+
 def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     s = meta["settings"]
     lines = [*provenance(meta, f"# {meta['name']}"), ""]
@@ -216,13 +229,9 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         "",
         f"Mean ± sd over {len(meta['seeds'])} seed(s):",
         "",
-        "| variant | " + " | ".join(title for _, title, _ in COLUMNS) + " |",
-        "|---|" + "---:|" * len(COLUMNS),
     ]
-    for variant in meta["variants"]:
-        values = [measures(r) for r in rows if r["variant"] == variant]
-        lines.append(f"| {variant} | " + " | ".join(_mean_sd([v[key] for v in values], digits)
-                                                   for key, _, digits in COLUMNS) + " |")
+    lines += variant_table(list(meta["variants"]),
+                           [{"variant": r["variant"], **measures(r)} for r in rows], COLUMNS)
     names = meta["domains"]
     lines += ["", "Every run (accuracy per test domain uses soft weights):", "",
               "| variant | seed | global (soft) | seen | unseen | " + " | ".join(names)

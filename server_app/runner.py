@@ -99,8 +99,6 @@ class FederationRunner:
                  truth: Partition | None = None, checkpoints: CheckpointStore | None = None,
                  callbacks: Sequence[RunCallback] = ()):
         self.cfg = cfg
-        self.checkpoints = checkpoints
-        self.truth = truth
         self.strategy = strategy
         self.recorder = recorder
         self.clients = ClientGrid(grid, cfg.num_clients, code_fingerprint(),

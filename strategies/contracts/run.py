@@ -181,11 +181,12 @@ class RunConfig(Settings):
             return data
         data = dict(data)
         sections = registry.sections()
-        for key in list(data):
-            name = key.replace("_", "-") if isinstance(key, str) else key
-            if key not in sections and name not in cls._common_keys() and key not in cls.model_fields:
-                allowed = ", ".join([*cls._common_keys(), *sections])
-                raise ValueError(f"unknown key '{key}'; allowed keys: {allowed}")
+        common = allowed_keys(cls)
+        known = {*common, *cls.model_fields, *sections}
+        unknown = [key for key in data if key not in known]
+        if unknown:
+            raise ValueError(f"unknown key '{unknown[0]}'; allowed keys: "
+                             f"{', '.join([*common, *sections])}")
         for section, model in sections.items():
             given = data.get(section, {})
             if isinstance(given, model):
@@ -202,10 +203,6 @@ class RunConfig(Settings):
                 raise ValueError(describe(err, given, f"{section}.").removeprefix("run config: "))\
                     from None
         return data
-
-    @classmethod
-    def _common_keys(cls) -> list[str]:
-        return allowed_keys(cls)
 
     def section(self, name: str) -> MethodSettings:
         """The settings of section `name` (a registered method's)."""
