@@ -188,7 +188,8 @@ def test_a_restarted_supernode_is_the_same_client_and_its_state_continues(federa
     try:
         wait_for_log(log, sent, seen)
         federation.stop_supernode(1)  # SIGTERM: the node signs off
-        federation.start_supernode(1, key=new_key)
+        before_restart = len(re.findall(sent, log.read_text()))
+        federation.start_supernode(1, key=new_key)  # appends to the same log
     finally:
         thread.join(timeout=600)
     outcome = result["outcome"]
@@ -196,11 +197,13 @@ def test_a_restarted_supernode_is_the_same_client_and_its_state_continues(federa
     rounds = rounds_of(tmp_path / "local")
     missed = {r["round"]: r["failed-clients"] + r["unreachable-clients"] for r in rounds[1:]}
     assert set(sum(missed.values(), [])) <= {1}
-    # The restart cost client 1 at least one round (which ones depends on when the SuperLink saw
-    # the old node leave), and the replacement node trained as client 1 afterwards.
+    # The replacement node answered train messages as client 1. Whether the restart also cost
+    # client 1 a round depends on when the SuperLink saw the old node leave and the new one join;
+    # if it did, client 1 trained again afterwards.
+    assert len(re.findall(sent, log.read_text())) > before_restart, \
+        "the replacement SuperNode never answered a train message: the restart was not exercised"
     absent = [r for r, clients in missed.items() if 1 in clients]
-    assert absent, "client 1 never missed a round: the restart was not exercised"
-    assert any(1 not in missed[r] for r in missed if r > max(absent)), \
+    assert not absent or any(1 not in missed[r] for r in missed if r > max(absent)), \
         f"client 1 did not train again after its restart (missed rounds {absent})"
     assert rounds[-1]["evaluated-clients"] == 3
 
