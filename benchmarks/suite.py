@@ -319,23 +319,30 @@ def run_suite(settings: Sequence[Setting], rhos: Sequence[float], seeds: Sequenc
 
 def merge(parts: Sequence[Path], results_dir: Path, command: str) -> list[CellResult]:
     """Join suites run separately (e.g. one process per setting or seed) into one set of tables:
-    every part's `suite.json` is read and its cell files are copied into `results_dir`."""
+    every part's `suite.json` is read and its cell files are copied into `results_dir`. A later part
+    that re-ran some methods of a cell (e.g. one method with a new default) replaces those methods'
+    rows; the cell's files then stay those of the first part that ran it (the later part's files
+    remain in its own directory)."""
     import shutil
 
-    results: list[CellResult] = []
+    results: dict[tuple[str, float, int, str], CellResult] = {}
     commands = []
+    copied: set[str] = set()
     for part in parts:
         stored = json.loads((part / "suite.json").read_text())
         commands.append(stored["command"])
         for item in stored["results"]:
             item["curve"] = [tuple(p) for p in item["curve"]]
             item["cumulative_bytes"] = [tuple(p) for p in item["cumulative_bytes"]]
-            results.append(CellResult(**item))
+            result = CellResult(**item)
+            results[(result.setting, result.rho, result.seed, result.label)] = result
         if part.resolve() != results_dir.resolve():
             results_dir.mkdir(parents=True, exist_ok=True)
             for path in part.iterdir():
-                if not path.name.startswith("suite"):
+                if not path.name.startswith("suite") and path.is_file() and path.name not in copied:
                     shutil.copy2(path, results_dir / path.name)
+                    copied.add(path.name)
+    results = list(results.values())
     names = [r.setting for r in results]
     settings = [SETTINGS[n] for n in SETTINGS if n in names]
     rhos = sorted({r.rho for r in results}, reverse=True)

@@ -99,6 +99,7 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy):
         self.truth, self.truth_kind = truth if truth is not None else (None, "")
         self.descriptors: torch.Tensor | None = None  # H^c [K, d]
         self.described = torch.zeros(num_clients, dtype=torch.bool)
+        self.described_round = torch.full((num_clients,), -1, dtype=torch.long)  # H^c_k's round
         self.num_slots: int | None = None  # L
         self.slots: torch.Tensor | None = None  # P [L, K, d]
         self.embedded = torch.zeros(num_clients, dtype=torch.bool)
@@ -158,6 +159,7 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy):
             self.descriptors = torch.zeros(self.num_clients, len(h_c))
         self.descriptors[client] = h_c
         self.described[client] = True
+        self.described_round[client] = self.last_trained[client]  # this round
 
     def evaluate_content(self, client: int, arrays: ArrayRecord, config: ConfigRecord) -> RecordDict:
         """The client's trained model (`personal`) and w̄ (`global`, reported as the global model)."""
@@ -181,7 +183,7 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy):
             report["fedska-structure-loss"] = float(np.mean(self._structure_losses))
             self._structure_losses = []
         if self.descriptors is not None:
-            report.update(self._learn_structure())
+            report.update(self._learn_structure(server_round))
         if self.settings.start == "graph":
             self.starts = self.graph_starts()
         report["fedska-server-seconds"] = time.perf_counter() - started
@@ -199,10 +201,14 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy):
         self._report.update((yield from self._split_learning(arrays, trained)))
         self._report["fedska-server-seconds"] += time.perf_counter() - started
 
-    def _learn_structure(self) -> dict[str, Any]:
-        """S from the descriptors of every client seen so far (§2); unseen clients: self-loops."""
+    def _learn_structure(self, server_round: int) -> dict[str, Any]:
+        """S from the descriptors of every client seen so far (§2), or with `descriptor-max-age`
+        those sent in the last that many rounds; the other clients: self-loops."""
         s = self.settings
-        nodes = torch.nonzero(self.described).squeeze(1)
+        current = self.described
+        if s.descriptor_max_age > 0:
+            current = current & (self.described_round > server_round - s.descriptor_max_age)
+        nodes = torch.nonzero(current).squeeze(1)
         report: dict[str, Any] = {}
         if s.graph == "label-sharing":
             graph = self.prior_hat.clone()

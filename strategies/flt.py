@@ -142,8 +142,11 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
 
     def summary(self) -> None:
         s = self.settings
-        log.info("FLT: %d clients, fraction-train %.2f, k=%d (%s), %s distance, γ=%g, clusters=%d",
-                 self.num_clients, self.fraction_train, s.k, s.k_mode, s.distance, s.gamma, s.clusters)
+        threshold = (f"γ={s.relative_gamma:g}×median distance" if s.threshold == "relative"
+                     else f"γ={s.gamma:g}")
+        log.info("FLT: %d clients, fraction-train %.2f, k=%d (%s), %s distance, %s, clusters=%d",
+                 self.num_clients, self.fraction_train, s.k, s.k_mode, s.distance, threshold,
+                 s.clusters)
 
     # --- phases 0–2 -----------------------------------------------------------------------------
     def form_relatedness(self, grid: ClientGrid) -> Steps[None]:
@@ -165,6 +168,7 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
         self.relatedness = form_client_relatedness(
             centroids, self.num_clients, gamma=s.gamma, distance=s.distance, clusters=s.clusters,
             umap_neighbors=s.umap_neighbors,
+            relative_gamma=s.relative_gamma if s.threshold == "relative" else None,
         )
         self.models.set_graph(self.relatedness.aggregation_graph())
         self.fcr_seconds.update(self.relatedness.seconds)
@@ -289,7 +293,7 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
         _plot_embedding(directory / "umap.png", rel, labels, true_ids)
         s = self.settings
         result: dict[str, Any] = {
-            "gamma": rel.gamma, "distance": rel.distance_mode, "k": s.k, "k-mode": s.k_mode,
+            "gamma": rel.gamma, "threshold": s.threshold, "distance": rel.distance_mode, "k": s.k, "k-mode": s.k_mode,
             "clients-placed": len(placed), "edges": _edges(rel.adjacency),
             "mean-degree": float(rel.adjacency.sum(axis=1).mean() - 1.0),
             "discovered-clusters": int(len(np.unique(labels[placed]))),

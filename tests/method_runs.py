@@ -22,7 +22,8 @@ BASE: dict[str, Any] = {
     "checkpoint-every": 0, "seed": 3,
 }
 
-# Per method: what a short run needs beyond BASE (small graph learners, a conv model for FedCG).
+# Per case (a method, or a method's paper flags under another name with its own "method"): what a
+# short run needs beyond BASE (small graph learners, a conv model for FedCG).
 CASES: dict[str, dict[str, Any]] = {
     "fedavg": {},
     "fedprox": {},
@@ -31,6 +32,8 @@ CASES: dict[str, dict[str, Any]] = {
     "ifca": {"ifca.clusters": 2},
     "fedsem": {"fedsem.clusters": 2},
     "flt": {"flt.ae-epochs": 1, "flt.latent-dim": 16, "flt.umap-neighbors": 4},
+    "flt-absolute": {"method": "flt", "flt.threshold": "absolute", "flt.ae-epochs": 1,
+                     "flt.latent-dim": 16, "flt.umap-neighbors": 4},  # the paper's threshold
     "fedper": {},
     "lg-fedavg": {},
     "sfl": {},
@@ -65,12 +68,12 @@ def flatten(record: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def run_case(method: str, output_dir: Path) -> list[dict[str, Any]]:
-    """The round records of one method's short run, without timings."""
+def run_case(case: str, output_dir: Path) -> list[dict[str, Any]]:
+    """The round records of one case's short run, without timings."""
     from server_app.harness.simulate import simulate
-    simulate({**BASE, **CASES[method], "method": method, "output-dir": str(output_dir),
-              "run-name": method}, num_nodes=2)
-    lines = (output_dir / method / "rounds.jsonl").read_text().splitlines()
+    simulate({**BASE, "method": case, **CASES[case], "output-dir": str(output_dir),
+              "run-name": case}, num_nodes=2)
+    lines = (output_dir / case / "rounds.jsonl").read_text().splitlines()
     return [_strip(json.loads(line)) for line in lines]
 
 

@@ -343,7 +343,7 @@ def test_given_graph_mode_uses_the_normalised_label_sharing_graph(tiny_run):
     torch.testing.assert_close(strategy.prior_hat, symmetric_normalize(a0))
     strategy.descriptors = torch.randn(6, 4)
     strategy.described[:] = True
-    strategy._learn_structure()
+    strategy._learn_structure(1)
     torch.testing.assert_close(strategy.graph, symmetric_normalize(a0))
     with pytest.raises(ConfigError, match="key 'fedska.tau'"):
         build_strategy(RunConfig.from_flower({
@@ -412,5 +412,5 @@ def test_readme_documents_every_fedska_key():
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     section = readme.split("### FedSKA")[1].split("\n### ")[0]
     keys = [key for key in RunConfig().flat() if key.startswith("fedska.")]
-    assert len(keys) == 16
+    assert len(keys) == 17
     assert [k for k in keys if f"`{k}`" not in section] == []

@@ -30,7 +30,8 @@ from strategies.contracts.run import RunConfig, default_run_config
 from strategies.flt import FLT, server_held_images
 from strategies.local import Local
 from strategies.messages import CLIENT, METRICS
-from strategies.relatedness import form_client_relatedness, place_client
+from strategies.relatedness import (form_client_relatedness, place_client, relative_threshold,
+                                    threshold_adjacency)
 
 
 # --- the autoencoder ------------------------------------------------------------------------------
@@ -152,6 +153,38 @@ def test_a_late_client_gets_its_row_and_column(clusters):
         np.testing.assert_array_equal(rel.aggregation_graph()[8], truth == 1)
 
 
+def test_the_relative_threshold_is_a_fraction_of_the_median_pair_distance_and_scale_free():
+    """Three groups of three: inside a group A = 0.5, across 10 (54 of the 72 pairs, so the median
+    is 10); γ = 0.1 × 10 = 1 keeps the groups, and scaling A by any factor keeps Ã."""
+    groups = np.repeat(np.arange(3), 3)
+    distance = np.where(groups[:, None] == groups[None, :], 0.5, 10.0)
+    np.fill_diagonal(distance, 0.0)
+    assert relative_threshold(distance, 0.1) == pytest.approx(1.0)
+    blocks = (groups[:, None] == groups[None, :]).astype(np.float32)
+    for scale in (0.01, 1.0, 37.0):
+        scaled = distance * scale
+        np.testing.assert_array_equal(
+            threshold_adjacency(scaled, relative_threshold(scaled, 0.1)), blocks)
+    distance[0, 4] = distance[4, 0] = np.nan  # an unknown pair is left out of the median
+    assert relative_threshold(distance, 0.1) == pytest.approx(1.0)
+    assert relative_threshold(np.zeros((1, 1)), 0.1) == 0.0  # one client: only its self-loop
+
+
+def test_fcr_with_a_relative_threshold_keeps_the_gamma_it_used_for_late_clients():
+    rng = np.random.default_rng(1)
+    centroids, _ = _clustered_centroids(rng, groups=3, per_group=6)
+    late = centroids.pop(8)
+    rel = form_client_relatedness(centroids, 18, gamma=123.0, relative_gamma=0.1)
+    placed = rel.placed
+    known = rel.distance[np.ix_(placed, placed)]
+    assert rel.gamma == pytest.approx(0.1 * np.median(known[~np.eye(len(placed), dtype=bool)]))
+    np.testing.assert_array_equal(rel.adjacency[np.ix_(placed, placed)],
+                                  threshold_adjacency(known, rel.gamma))
+    place_client(rel, 8, late)
+    others = [c for c in rel.placed if c != 8]
+    np.testing.assert_array_equal(rel.adjacency[8, others], rel.distance[8, others] < rel.gamma)
+
+
 # --- federations ----------------------------------------------------------------------------------
 def _recording(store: list):
     """A ClientApp wrapper that keeps every FLT one-off message and its reply."""
@@ -221,7 +254,7 @@ def test_tiny_gamma_is_exactly_local_training(tiny_run, tmp_path):
     """γ → 0 gives Ã = I: FLT must then reproduce `local` number for number (same seed)."""
     common = {**tiny_run, "model": "mlp", "fraction-train": 0.5, "num-rounds": 3}  # mlp: dropout
     local = simulate({**common, "method": "local", "run-name": "local"}, num_nodes=2)
-    flt = simulate({**common, "method": "flt", "flt.gamma": 1e-9, "run-name": "flt"}, num_nodes=2)
+    flt = simulate({**common, "method": "flt", "flt.threshold": "absolute", "flt.gamma": 1e-9, "run-name": "flt"}, num_nodes=2)
     assert flt["flt"]["edges"] == 0
     assert flt["final"] == local["final"]
     assert _accuracies(tmp_path / "flt" / "rounds.jsonl") == \
@@ -275,12 +308,14 @@ def test_default_umap_neighbourhood_keeps_small_clusters_apart_that_fifteen_merg
 
 def test_reference_umap_neighbours_reproduce_the_numbers_before_the_default_changed(tiny_run,
                                                                                    tmp_path):
-    """`flt.umap-neighbors=15 flt.fresh-only=false` ([C]) on a 9-client, 3-cluster run: the numbers
-    measured while these were the defaults (personalized mean 84.2593 %, 35 entries of Ã, 69 % of its edges inside clusters);
-    the default links only same-cluster clients on the same run."""
+    """`flt.threshold=absolute flt.umap-neighbors=15 flt.fresh-only=false` ([C]) on a 9-client,
+    3-cluster run: the numbers measured while these were the defaults (personalized mean
+    84.2593 %, 35 entries of Ã, 69 % of its edges inside clusters); the default links only
+    same-cluster clients on the same run."""
     common = {**tiny_run, "method": "flt", "partition": "label-clusters", "num-clusters": 3,
               "labels-per-cluster": 2, "num-clients": 9}
-    reference = simulate({**common, "flt.umap-neighbors": 15, "flt.fresh-only": False,
+    reference = simulate({**common, "flt.threshold": "absolute", "flt.umap-neighbors": 15,
+                          "flt.fresh-only": False,
                           "run-name": "reference"})
     assert reference["final"]["personalized"]["mean"] == pytest.approx(84.25925925925927, abs=1e-9)
     assert float(np.load(tmp_path / "reference" / "graph.npy").sum()) == 35.0
@@ -295,6 +330,6 @@ def test_readme_documents_every_flt_key():
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     section = readme.split("### FLT (Federated Learning with Taskonomy)")[1].split("\n## ")[0]
     keys = [key for key in RunConfig().flat() if key.startswith("flt.")]
-    assert len(keys) == 14
+    assert len(keys) == 16
     for key in keys:
         assert f"`{key}`" in section, key

@@ -59,6 +59,24 @@ def test_a_tiny_grid_writes_tables_the_delta_matrix_and_byte_curves(tiny_run, tm
     assert (tmp_path / "merged" / "label-clusters-rho1-seed0.md").exists()
 
 
+def _part(directory, results):
+    directory.mkdir(parents=True)
+    (directory / "suite.json").write_text(json.dumps(
+        {"command": f"run {directory.name}", "results": [r.__dict__ for r in results]}))
+    (directory / "domains-rho0.2-seed0.md").write_text(directory.name)
+
+
+def test_a_later_part_replaces_the_rows_it_re_ran_and_keeps_the_first_cell_files(tmp_path):
+    _part(tmp_path / "all", [_cell("fedavg", 0, 60.0), _cell("local", 0, 70.0),
+                             _cell("flt", 0, 50.0)])
+    _part(tmp_path / "flt-again", [_cell("fedavg", 0, 60.0), _cell("local", 0, 70.0),
+                                   _cell("flt", 0, 72.0)])
+    merged = merge([tmp_path / "all", tmp_path / "flt-again"], tmp_path / "merged", "merge")
+    assert [(r.label, r.mean) for r in merged] == [("fedavg", 60.0), ("local", 70.0), ("flt", 72.0)]
+    assert "| flt | +2.00 |" in (tmp_path / "merged" / "suite-delta.md").read_text()
+    assert (tmp_path / "merged" / "domains-rho0.2-seed0.md").read_text() == "all"
+
+
 def test_the_command_line_rejects_an_unknown_setting(capsys):
     with pytest.raises(SystemExit):
         main(["--settings", "spirals"])

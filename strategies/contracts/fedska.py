@@ -33,6 +33,9 @@ class FedSKASection(MethodSettings):
     similarity: Literal["standardized", "cosine"] = "standardized"
     # clients start from w̄ (spec), or from their row of the learned graph applied to the models
     start: Literal["global", "graph"] = "graph"
+    # > 0: S is learned over the descriptors sent in the last this many rounds only (older rows:
+    # self-loops until the client trains again); 0: every descriptor ever received (spec)
+    descriptor_max_age: int = Field(0, ge=0)
 
 
 # --- messages -------------------------------------------------------------------------------
