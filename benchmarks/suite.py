@@ -43,6 +43,7 @@ log = logging.getLogger("bouquet.benchmarks")
 
 SUITE_DIR = RESULTS_DIR / "suite"
 BASELINES = ("fedavg", "local")
+CONV = " (cnn)"  # label suffix of the domains setting's conv-model runs (FedCG and its baselines)
 GRAPH_METHODS = ("flt", "sfl", "sfl-star", "fedska", "fedu")
 METHODS = ("fedavg", "local", "ditto", "ifca", "fedsem", "flt", "sfl", "sfl-star", "fedska", "fedu")
 PARTICIPATION = (1.0, 0.2)
@@ -153,12 +154,13 @@ def run_cell(setting: Setting, rho: float, seed: int, methods: Sequence[str],
         for summary in compare(clustered, wrong, variant, results_dir=results_dir, runs_dir=runs):
             out.append(_result(setting.name, rho, seed, f"{summary['method']} (C={count})",
                                summary, runs))
-    if setting.fedcg and fedcg:
+    if setting.fedcg and fedcg:  # FedCG needs a conv model: its baselines run with it too
         variant = cell_name(setting.name, rho, seed, "-fedcg")
         runs = runs_root / variant
         conv = {**overrides, "model": "cnn"}
-        for summary in compare(["fedcg"], conv, variant, results_dir=results_dir, runs_dir=runs):
-            out.append(_result(setting.name, rho, seed, "fedcg (cnn)", summary, runs))
+        for summary in compare([*BASELINES, "fedcg"], conv, variant, results_dir=results_dir,
+                               runs_dir=runs):
+            out.append(_result(setting.name, rho, seed, summary["method"] + CONV, summary, runs))
     return out
 
 
@@ -191,14 +193,21 @@ def _select(results: list[CellResult], setting: str, rho: float, label: str) -> 
 
 def delta_vs_baselines(results: list[CellResult], setting: str, rho: float,
                        label: str) -> float | None:
-    """Seed-mean of (method mean − max(FedAvg mean, Local mean)) of the same seed's cell."""
+    """Seed-mean of (method mean − max(FedAvg mean, Local mean)) of the same seed's cell, the
+    baselines run with the same model (the conv-model runs against the conv-model baselines)."""
     deltas = []
+    baselines = _baselines_of(label)
     for r in _select(results, setting, rho, label):
         base = [b.mean for b in results if b.setting == setting and b.rho == rho
-                and b.seed == r.seed and b.label in BASELINES and b.mean is not None]
+                and b.seed == r.seed and b.label in baselines and b.mean is not None]
         if r.mean is not None and base:
             deltas.append(r.mean - max(base))
     return float(np.mean(deltas)) if deltas else None
+
+
+def _baselines_of(label: str) -> tuple[str, ...]:
+    suffix = CONV if label.endswith(CONV) else ""
+    return tuple(b + suffix for b in BASELINES)
 
 
 def final_share(results: list[CellResult]) -> tuple[float | None, str]:
@@ -253,7 +262,7 @@ def delta_matrix(results: list[CellResult], settings: Sequence[Setting], rhos: S
              + ".", "",
              "| " + " | ".join(columns) + " |", "|---" + "|---:" * (len(columns) - 1) + "|"]
     for label in _labels(results):
-        if label in BASELINES:
+        if label in _baselines_of(label):
             continue
         row = [label] + [_fmt(delta_vs_baselines(results, s.name, rho, label), signed=True)
                          for s, rho in cells]

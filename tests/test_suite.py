@@ -28,6 +28,14 @@ def test_delta_is_the_seed_mean_of_the_margin_over_the_better_baseline():
     assert "| sfl | +1.50 |" in matrix and "| fedavg |" not in matrix
 
 
+def test_the_conv_model_runs_are_measured_against_the_conv_model_baselines():
+    results = [_cell("fedavg", 0, 80.0), _cell("local", 0, 70.0), _cell("fedavg (cnn)", 0, 50.0),
+               _cell("local (cnn)", 0, 55.0), _cell("fedcg (cnn)", 0, 58.0)]
+    assert delta_vs_baselines(results, "domains", 0.2, "fedcg (cnn)") == pytest.approx(3.0)
+    matrix = delta_matrix(results, [SETTINGS["domains"]], [0.2], ["# x"])
+    assert "| fedcg (cnn) | +3.00 |" in matrix and "| local (cnn) |" not in matrix
+
+
 def test_wrong_cluster_counts_are_true_minus_two_and_plus_three():
     assert SETTINGS["label-clusters"].cluster_counts() == [3, 8]
     assert SETTINGS["domains"].cluster_counts() == [2, 7]
