@@ -14,7 +14,7 @@ class FLTSection(MethodSettings):
 
     threshold: Literal["relative", "absolute"] = "relative"  # paper and reference code: absolute
     gamma: float = Field(1.0, gt=0.0)  # absolute: connect clients closer than γ (UMAP units)
-    relative_gamma: float = Field(0.1, gt=0.0)  # relative: closer than this × the median distance
+    relative_gamma: float = Field(0.05, gt=0.0)  # relative: closer than this × the median distance
     k: int = Field(2, ge=1)  # k-means centroids per client (the maximum under k-mode=local-labels)
     k_mode: Literal["fixed", "local-labels"] = "fixed"
     distance: Literal["matching", "min-pair"] = "matching"
