@@ -310,8 +310,8 @@ def test_reference_umap_neighbours_reproduce_the_numbers_before_the_default_chan
                                                                                    tmp_path):
     """`flt.threshold=absolute flt.umap-neighbors=15 flt.fresh-only=false` ([C]) on a 9-client,
     3-cluster run: the numbers measured while these were the defaults (personalized mean
-    84.2593 %, 35 entries of Ã, 69 % of its edges inside clusters); the default links only
-    same-cluster clients on the same run."""
+    84.2593 %, 35 entries of Ã, 69 % of its edges inside clusters); with the default 5 UMAP
+    neighbours the same threshold links only same-cluster clients."""
     common = {**tiny_run, "method": "flt", "partition": "label-clusters", "num-clusters": 3,
               "labels-per-cluster": 2, "num-clients": 9}
     reference = simulate({**common, "flt.threshold": "absolute", "flt.umap-neighbors": 15,
@@ -320,8 +320,8 @@ def test_reference_umap_neighbours_reproduce_the_numbers_before_the_default_chan
     assert reference["final"]["personalized"]["mean"] == pytest.approx(84.25925925925927, abs=1e-9)
     assert float(np.load(tmp_path / "reference" / "graph.npy").sum()) == 35.0
     assert reference["flt"]["edges-inside-true-clusters"] == pytest.approx(9 / 13)
-    default = simulate({**common, "run-name": "default"})
-    assert default["flt"]["edges-inside-true-clusters"] == pytest.approx(1.0)
+    five = simulate({**common, "flt.threshold": "absolute", "run-name": "five"})
+    assert five["flt"]["edges-inside-true-clusters"] == pytest.approx(1.0)
 
 
 def test_readme_documents_every_flt_key():
