@@ -397,10 +397,11 @@ def test_graph_start_sends_each_trained_client_its_row_of_the_graph_over_trained
 def test_reference_flags_reproduce_the_numbers_before_the_new_defaults(tiny_run, tmp_path):
     """`fedska.similarity=cosine fedska.start=global fedska.structure-lr=0.01` is the spec /
     reference code; measured on this run before the first two keys existed and while 0.01 was the
-    default rate (k = 10 was capped at num-clients − 1 = 5 then, as the default 5 is now) (personalized mean 82.0833 %, Σ S = 5.995339)."""
+    default rate, with k = 5 (the spec's 10 capped at num-clients − 1; validation now asks for the
+    cap itself) (personalized mean 82.0833 %, Σ S = 5.995339)."""
     summary = simulate({**tiny_run, "method": "fedska", "partition": "shards", "num-clients": 6,
                         "fedska.similarity": "cosine", "fedska.start": "global",
-                        "fedska.structure-lr": 0.01})
+                        "fedska.structure-lr": 0.01, "fedska.k": 5})
     assert summary["final"]["personalized"]["mean"] == pytest.approx(82.08333333333333, abs=1e-9)
     assert float(np.load(tmp_path / "run" / "graph.npy").sum()) == pytest.approx(5.995338529348373,
                                                                                  abs=1e-6)

@@ -15,7 +15,7 @@ class FedSKASection(MethodSettings):
     learning."""
 
     lambda_s: float = Field(0.01, ge=0.0)  # λ_S of L_C + λ_S·L_S (Eq 9; [C] 0.01, [P] 1)
-    k: int = Field(5, ge=1)  # kNN: top-(k+1) per row, self included (capped at num-clients − 1; spec 10)
+    k: int = Field(3, ge=1)  # kNN: top-(k+1) per row, self included (capped at num-clients − 1; spec 10)
     structure_steps: int = Field(10, ge=0)  # E_S: denoising (L_D) steps per round
     encoder_steps: int = Field(2, ge=0)  # E_g: split-learning exchanges (query.ska_grad) per round
     mask_ratio: float = Field(0.01, gt=0.0, le=1.0)  # r: Bernoulli ratio of noised entries
