@@ -1,0 +1,136 @@
+"""FLT's client graph under different threshold rules, on one Form Client Relatedness per setting.
+
+    python -m benchmarks.flt_thresholds
+
+Each setting runs FLT for one round (the autoencoder round and FCR come before it), and the distance
+matrix A that FCR formed is cut by each rule: the paper's γ = 1 in UMAP units (`flt.threshold=absolute`),
+a fraction of the median client-pair distance (`flt.threshold=relative`, `strategies.relatedness.
+relative_threshold`), and a cut at the largest ratio gap between consecutive sorted pair distances below
+the median (tried, not shipped). Per rule: edges per client and their share inside the true structure
+(`strategies.graph.structure_share`: same true cluster where the partition has clusters, else the
+label-histogram cosine of the linked clients). Also the largest distance inside a true cluster and the
+smallest across, as fractions of the median. Writes `benchmarks/results/<name>.{md,json}`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import tempfile
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.compare import RESULTS_DIR, code_version, machine_facts, provenance, set_threads
+
+SUITE = {"dataset": "mnist", "num-clients": 20, "model": "mlp", "max-samples-per-client": 300,
+         "local-epochs": 1, "batch-size": 32, "lr": 0.05}  # the robustness suite's budget
+SETTINGS: dict[str, dict[str, Any]] = {
+    "shards (20 clients)": {**SUITE, "partition": "shards", "shards-per-client": 2},
+    "dirichlet α=0.1 (20)": {**SUITE, "partition": "dirichlet", "dirichlet-alpha": 0.1},
+    "label-clusters 5×2 (20)": {**SUITE, "partition": "label-clusters", "num-clusters": 5,
+                                "labels-per-cluster": 2},
+    "domains, 4 rotations (20)": {**SUITE, "partition": "domains"},
+    "iid (20)": {**SUITE, "partition": "iid"},
+    "default job (10 clients, 5 groups of 2)": {},
+    "digits label-clusters 3×2 (9)": {"dataset": "digits", "model": "mclr", "num-clients": 9,
+                                      "partition": "label-clusters", "num-clusters": 3,
+                                      "labels-per-cluster": 2, "max-samples-per-client": 200},
+}
+FRACTIONS = (0.1, 0.05, 0.03)
+
+
+def largest_gap_threshold(distance: np.ndarray) -> float:
+    """The geometric midpoint of the largest ratio gap d_(i+1) / d_(i) among the sorted pair
+    distances, with at most half of the pairs below the cut."""
+    upper = distance[np.triu_indices(len(distance), 1)]
+    pairs = np.sort(upper[np.isfinite(upper)])
+    half = len(pairs) // 2
+    ratios = pairs[1:half + 1] / np.maximum(pairs[:half], 1e-12)
+    i = int(np.argmax(ratios))
+    return float(np.sqrt(pairs[i] * pairs[i + 1]))
+
+
+def measure(name: str, overrides: dict[str, Any], workdir: Path) -> dict[str, Any]:
+    from server_app.harness.simulate import simulate
+    from strategies.contracts.run import RunConfig, default_run_config
+    from strategies.graph import structure_share
+    from strategies.priors import structure_truth
+    from strategies.relatedness import relative_threshold, threshold_adjacency
+
+    config = {**overrides, "method": "flt", "num-rounds": 1, "finetune-epochs": 0,
+              "checkpoint-every": 0, "output-dir": str(workdir), "run-name": "flt"}
+    simulate(config)
+    distance = np.load(workdir / "flt" / "distance.npy")
+    truth, kind = structure_truth(RunConfig.from_flower({**default_run_config(), **config}))
+    median = relative_threshold(distance, 1.0)
+    rules = {"γ = 1": 1.0, **{f"{f:g} × median": f * median for f in FRACTIONS},
+             "largest gap": largest_gap_threshold(distance)}
+    row: dict[str, Any] = {"setting": name, "overrides": overrides, "truth": kind,
+                           "median": median, "rules": {}}
+    for rule, gamma in rules.items():
+        graph = threshold_adjacency(distance, gamma)
+        edges = float(graph.sum() - len(graph)) / len(graph)
+        row["rules"][rule] = {"gamma": gamma, "edges-per-client": edges,
+                              "share-inside": structure_share(graph, truth) if edges else None}
+    if kind == "true-clusters":
+        off = ~np.eye(len(distance), dtype=bool)
+        row["inside-max"] = float(distance[(truth > 0) & off].max() / median)
+        row["across-min"] = float(distance[truth == 0].min() / median)
+    return row
+
+
+def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    rules = list(rows[0]["rules"])
+    lines = [*provenance(meta, f"# {meta['name']}: FLT's client graph under each threshold rule"), "",
+             "One FLT round per setting (defaults otherwise); the same distance matrix A cut by each "
+             "rule. Median A: the median client-pair distance (UMAP units). Cells: edges per client / share of them inside the true structure (— = no edge). "
+             "Truth: same true cluster, or the label-histogram cosine where the partition has no "
+             "clusters. Last column: the largest distance inside a true cluster and the smallest "
+             "across, as fractions of the median pair distance.", "",
+             "| setting | truth | median A | " + " | ".join(rules) + " | inside max / across min |",
+             "|---|---|---:|" + "---:|" * len(rules) + "---:|"]
+    for row in rows:
+        cells = []
+        for rule in rules:
+            r = row["rules"][rule]
+            share = "—" if r["share-inside"] is None else f"{r['share-inside']:.2f}"
+            cells.append(f"{r['edges-per-client']:.1f} / {share}")
+        spread = (f"{row['inside-max']:.2f} / {row['across-min']:.2f}" if "inside-max" in row
+                  else "")
+        lines.append(f"| {row['setting']} | {row['truth']} | {row['median']:.2f} | "
+                     + " | ".join(cells) + f" | {spread} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.flt_thresholds", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--name", default="flt-thresholds")
+    parser.add_argument("--results-dir", default=str(RESULTS_DIR))
+    args = parser.parse_args(argv)
+    set_threads(1)
+    started = datetime.now(timezone.utc)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, (name, overrides) in enumerate(SETTINGS.items()):
+            rows.append(measure(name, overrides, Path(tmp) / str(i)))
+    meta = {"name": args.name, "command": "python -m benchmarks.flt_thresholds " + shlex.join(argv),
+            "date": started.strftime("%Y-%m-%d %H:%M UTC"), "machine": machine_facts(),
+            "code": code_version()}
+    out = Path(args.results_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{args.name}.md").write_text(markdown(meta, rows))
+    (out / f"{args.name}.json").write_text(json.dumps({**meta, "rows": rows}, indent=1))
+    print(markdown(meta, rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
