@@ -98,8 +98,7 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy):
         # the true structure S is scored against (`strategies.graph.true_structure`)
         self.truth, self.truth_kind = truth if truth is not None else (None, "")
         self.descriptors: torch.Tensor | None = None  # H^c [K, d]
-        self.described = torch.zeros(num_clients, dtype=torch.bool)
-        self.described_round = torch.full((num_clients,), -1, dtype=torch.long)  # H^c_k's round
+        self.described_round = torch.full((num_clients,), -1, dtype=torch.long)  # H^c_k's; −1: none
         self.num_slots: int | None = None  # L
         self.slots: torch.Tensor | None = None  # P [L, K, d]
         self.embedded = torch.zeros(num_clients, dtype=torch.bool)
@@ -121,6 +120,11 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy):
         self._split_due: tuple[ArrayRecord, list[int]] | None = None  # for after_aggregate
         self._mark: tuple[int, int] = (0, 0)
         self._round_bytes: dict[str, dict[str, float]] = {}
+
+    @property
+    def described(self) -> torch.Tensor:
+        """[K] bool: the clients whose descriptor H^c_k the server holds."""
+        return self.described_round >= 0
 
     # --- messages -----------------------------------------------------------------------------
     def train_content(self, client: int, arrays: ArrayRecord, config: ConfigRecord) -> RecordDict:
@@ -158,7 +162,6 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy):
         if self.descriptors is None:
             self.descriptors = torch.zeros(self.num_clients, len(h_c))
         self.descriptors[client] = h_c
-        self.described[client] = True
         self.described_round[client] = self.last_trained[client]  # this round
 
     def evaluate_content(self, client: int, arrays: ArrayRecord, config: ConfigRecord) -> RecordDict:
@@ -205,10 +208,8 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy):
         """S from the descriptors of every client seen so far (§2), or with `descriptor-max-age`
         those sent in the last that many rounds; the other clients: self-loops."""
         s = self.settings
-        current = self.described
-        if s.descriptor_max_age > 0:
-            current = current & (self.described_round > server_round - s.descriptor_max_age)
-        nodes = torch.nonzero(current).squeeze(1)
+        oldest = server_round - s.descriptor_max_age if s.descriptor_max_age > 0 else -1
+        nodes = torch.nonzero(self.described_round > oldest).squeeze(1)
         report: dict[str, Any] = {}
         if s.graph == "label-sharing":
             graph = self.prior_hat.clone()

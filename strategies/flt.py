@@ -293,7 +293,8 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
         _plot_embedding(directory / "umap.png", rel, labels, true_ids)
         s = self.settings
         result: dict[str, Any] = {
-            "gamma": rel.gamma, "threshold": s.threshold, "distance": rel.distance_mode, "k": s.k, "k-mode": s.k_mode,
+            "gamma": rel.gamma, "threshold": s.threshold, "distance": rel.distance_mode, "k": s.k,
+            "k-mode": s.k_mode,
             "clients-placed": len(placed), "edges": _edges(rel.adjacency),
             "mean-degree": float(rel.adjacency.sum(axis=1).mean() - 1.0),
             "discovered-clusters": int(len(np.unique(labels[placed]))),
