@@ -62,6 +62,9 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     # the domain classifier's pooling (§6.10)
     "avg2": ("fedcg", {"fedcg.classifier-pool": "avg2"}),
     "flatten": ("fedcg", {"fedcg.classifier-pool": "flatten"}),
+    # the GCN's bottleneck width b (W1 [q, b], W2 [b, q]): the client's cost is mostly these weights
+    "b64": ("fedcg", {"fedcg.bottleneck": 64}),
+    "b16": ("fedcg", {"fedcg.bottleneck": 16}),
 }
 DEFAULTS: dict[str, Any] = {
     "dataset": "mnist", "partition": "domains", "model": "cnn", "domain-rotations": "0,90,180,270",
