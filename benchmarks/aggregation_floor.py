@@ -13,7 +13,6 @@ of `strategies.spmm`). Ratios are to (1). Writes `benchmarks/results/<name>.{md,
 
 from __future__ import annotations
 
-import argparse
 import json
 import shlex
 import statistics
@@ -24,7 +23,7 @@ from datetime import datetime, timezone
 
 import torch
 
-from benchmarks.compare import RESULTS_DIR, code_version, machine_facts, set_threads
+from benchmarks.compare import RESULTS_DIR, benchmark_parser, code_version, machine_facts, set_threads
 from benchmarks.sfl_scale import graphs
 from strategies.gcn import GCNPropagation
 
@@ -82,7 +81,7 @@ def markdown(meta: dict, rows: list[dict]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = benchmark_parser("aggregation_floor", __doc__)
     parser.add_argument("--shapes", default="1000x1000000,2400x159010",
                         help="comma-separated NxP shapes of V")
     parser.add_argument("--reps", type=int, default=5)

@@ -73,6 +73,12 @@ def progress(items: Sequence[T], description: str) -> Iterator[T]:
 
 
 # --- --set key=value ------------------------------------------------------------------------------
+def benchmark_parser(module: str, doc: str | None) -> argparse.ArgumentParser:
+    """The command-line parser of `python -m benchmarks.<module>`: its docstring is the help text."""
+    return argparse.ArgumentParser(prog=f"python -m benchmarks.{module}", description=doc,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
 def parse_set(items: Iterable[str]) -> dict[str, Any]:
     """`["num-rounds=20", "partition=shards"]` -> `{"num-rounds": 20, "partition": "shards"}`."""
     overrides: dict[str, Any] = {}
@@ -433,8 +439,7 @@ def plot(summaries: list[dict[str, Any]], path: Path, title: str = "") -> None:
 # --- command line ---------------------------------------------------------------------------------
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.compare", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = benchmark_parser("compare", __doc__)
     parser.add_argument("--methods", required=True, help="comma-separated registered method names")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="run-config override (repeatable), e.g. --set num-rounds=20")

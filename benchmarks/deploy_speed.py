@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.compare import code_version, machine_facts
+from benchmarks.compare import benchmark_parser, code_version, machine_facts
 from server_app.harness import deploy
 from server_app.harness.loopback import LoopbackFederation
 from server_app.harness.outcome import RunFailedError, check_run
@@ -180,7 +180,7 @@ def save(rows: list[dict]) -> None:
 
 def main() -> None:
     global ARGS
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = benchmark_parser("deploy_speed", __doc__)
     parser.add_argument("--name", default="deploy-speed-side-by-side")
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=5)

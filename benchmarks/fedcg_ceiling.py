@@ -15,7 +15,6 @@ seen domains. Same data settings as `benchmarks.fedcg_domains` (its DEFAULTS plu
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import shlex
@@ -26,7 +25,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from benchmarks.compare import (
-    RESULTS_DIR, code_version, log_progress, machine_facts, parse_set, provenance, set_threads,
+    RESULTS_DIR, benchmark_parser, code_version, log_progress, machine_facts, parse_set, provenance,
+    set_threads,
 )
 from benchmarks.fedcg_domains import DEFAULTS
 
@@ -101,8 +101,7 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.fedcg_ceiling", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = benchmark_parser("fedcg_ceiling", __doc__)
     parser.add_argument("--families", default="rotations,styles")
     parser.add_argument("--pools", default="global,avg2,flatten")
     parser.add_argument("--epochs", type=int, default=5)

@@ -24,7 +24,6 @@ Writes `benchmarks/results/<name>.{md,json}`.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shlex
 import statistics
@@ -39,7 +38,9 @@ from typing import Any
 import torch
 from flwr.app import ArrayRecord, Context, Message, RecordDict
 
-from benchmarks.compare import RESULTS_DIR, code_version, machine_facts, provenance, set_threads
+from benchmarks.compare import (
+    RESULTS_DIR, benchmark_parser, code_version, machine_facts, provenance, set_threads,
+)
 from client_app.app import app as client_app
 from models import build_model
 from strategies.contracts.run import RunConfig
@@ -120,8 +121,7 @@ def time_handlers(overrides: dict[str, Any], reps: int) -> dict[str, list[float]
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.fedcg_cost", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = benchmark_parser("fedcg_cost", __doc__)
     parser.add_argument("--samples", type=int, default=300, help="training images of the client")
     parser.add_argument("--batch-size", type=int, default=10)
     parser.add_argument("--model", default="cnn")

@@ -22,7 +22,6 @@ Writes `benchmarks/results/<name>.{md,json}`.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import shlex
@@ -33,7 +32,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from benchmarks.compare import (
-    RESULTS_DIR, code_version, log_progress, machine_facts, parse_set, provenance, set_threads,
+    RESULTS_DIR, benchmark_parser, code_version, log_progress, machine_facts, parse_set, provenance,
+    set_threads,
 )
 from benchmarks.fedcg_domains import DEFAULTS, variant_table
 
@@ -164,8 +164,7 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.fedcg_discovery", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = benchmark_parser("fedcg_discovery", __doc__)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="settings of every variant (on top of benchmarks.fedcg_domains' DEFAULTS)")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE[,KEY=VALUE]",

@@ -25,7 +25,6 @@ every run); each run's outputs go to `outputs/benchmarks/<name>/<variant>-seed<s
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import logging
@@ -38,8 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.compare import (
-    RESULTS_DIR, RUNS_DIR, code_version, log_progress, machine_facts, parse_set, plot_curves, provenance,
-    read_rounds, set_threads,
+    RESULTS_DIR, RUNS_DIR, benchmark_parser, code_version, log_progress, machine_facts, parse_set,
+    plot_curves, provenance, read_rounds, set_threads,
 )
 
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -273,8 +272,7 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.fedcg_domains", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = benchmark_parser("fedcg_domains", __doc__)
     parser.add_argument("--variants", default="fedavg,distance,identity,uniform",
                         help=f"comma-separated, from {', '.join(VARIANTS)}")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")

@@ -14,7 +14,6 @@ average before and after each step (the machine may be shared) and the run's fin
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -29,7 +28,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from benchmarks.compare import REPO, RESULTS_DIR, code_version, machine_facts, progress, provenance
+from benchmarks.compare import (
+    REPO, RESULTS_DIR, benchmark_parser, code_version, machine_facts, progress, provenance,
+)
 
 
 def quick_start() -> dict[str, str]:
@@ -131,8 +132,7 @@ def markdown(meta: dict[str, Any], result: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.first_run", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = benchmark_parser("first_run", __doc__)
     parser.add_argument("--name", default="first-run")
     parser.add_argument("--results-dir", default=str(RESULTS_DIR))
     parser.add_argument("--reuse-venv", type=Path, default=None,

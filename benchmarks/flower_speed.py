@@ -24,7 +24,6 @@ Writes `benchmarks/results/flower_speed.{md,json}`.
 
 from __future__ import annotations
 
-import argparse
 import cProfile
 import json
 import logging
@@ -45,8 +44,9 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp.strategy import FedAvg
 from torch.nn import functional as F
 
-from benchmarks.compare import (RESULTS_DIR, code_version, machine_facts, progress, provenance,
-                                set_threads)
+from benchmarks.compare import (
+    RESULTS_DIR, benchmark_parser, code_version, machine_facts, progress, provenance, set_threads,
+)
 from datasets.federated import DataSpec, load_client_data
 from models import build_model
 from strategies.contracts.run import RunConfig
@@ -529,8 +529,7 @@ def explain(profile: dict[str, Any]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.flower_speed", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = benchmark_parser("flower_speed", __doc__)
     parser.add_argument("--clients", default="20,100", help="comma-separated client counts")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--reps", type=int, default=8)

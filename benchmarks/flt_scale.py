@@ -30,7 +30,6 @@ Writes `benchmarks/results/flt-scale.{md,json}`.
 
 from __future__ import annotations
 
-import argparse
 import json
 import resource
 import shlex
@@ -47,11 +46,7 @@ import numpy as np
 import torch
 
 from benchmarks.compare import (
-    RESULTS_DIR,
-    code_version,
-    machine_facts,
-    provenance,
-    set_threads,
+    RESULTS_DIR, benchmark_parser, code_version, machine_facts, provenance, set_threads,
 )
 from strategies.graph import share_inside_groups
 from strategies.neighbourhood import NeighbourhoodModels, neighbourhood_average
@@ -451,8 +446,7 @@ def _pct(value: float | None) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.flt_scale", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = benchmark_parser("flt_scale", __doc__)
     parser.add_argument("--clients", type=int, default=2400)
     parser.add_argument("--clusters", type=int, default=10)
     parser.add_argument("--k", type=int, default=2)

@@ -14,7 +14,6 @@ smallest across, as fractions of the median. Writes `benchmarks/results/<name>.{
 
 from __future__ import annotations
 
-import argparse
 import json
 import shlex
 import sys
@@ -26,7 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.compare import RESULTS_DIR, code_version, machine_facts, provenance, set_threads
+from benchmarks.compare import (
+    RESULTS_DIR, benchmark_parser, code_version, machine_facts, provenance, set_threads,
+)
 
 SUITE = {"dataset": "mnist", "num-clients": 20, "model": "mlp", "max-samples-per-client": 300,
          "local-epochs": 1, "batch-size": 32, "lr": 0.05}  # the robustness suite's budget
@@ -110,8 +111,7 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.flt_thresholds", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = benchmark_parser("flt_thresholds", __doc__)
     parser.add_argument("--name", default="flt-thresholds")
     parser.add_argument("--results-dir", default=str(RESULTS_DIR))
     args = parser.parse_args(argv)

@@ -17,7 +17,6 @@ Writes `benchmarks/results/<name>.md` and `.json`.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import itertools
 import json
@@ -33,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.compare import log_progress, progress
+from benchmarks.compare import benchmark_parser, log_progress, progress
 from strategies import spmm
 from strategies.gcn import DENSE_COLUMN_BLOCK, SPARSE_COST_PER_NONZERO, GCNPropagation
 from strategies.graph import knn_graph, row_normalize
@@ -214,8 +213,7 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.sfl_scale", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = benchmark_parser("sfl_scale", __doc__)
     parser.add_argument("--clients", default="100,1000")
     parser.add_argument("--params", default="1e5,1e6")
     parser.add_argument("--hops", default="3", help="comma-separated numbers of hops L")

@@ -21,7 +21,6 @@ Writes into `--results-dir` (default `benchmarks/results/suite/`): each cell's c
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import shlex
@@ -35,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.compare import (
-    DASH, RESULTS_DIR, RUNS_DIR, compare, log_progress, parse_set, plot_curves, read_rounds,
+    DASH, RESULTS_DIR, RUNS_DIR, benchmark_parser, compare, log_progress, parse_set, plot_curves, read_rounds,
     set_threads,
 )
 
@@ -363,8 +362,7 @@ def merge(parts: Sequence[Path], results_dir: Path, command: str) -> list[CellRe
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.suite", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = benchmark_parser("suite", __doc__)
     parser.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
     parser.add_argument("--settings", default=",".join(SETTINGS),
                         help=f"comma-separated subset of {', '.join(SETTINGS)}")
