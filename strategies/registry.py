@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from strategies.contracts.base import MethodSettings
 from strategies.contracts.ditto import DittoSection
@@ -45,7 +45,8 @@ class Method:
     one, e.g. `sfl` for sfl and sfl-star) with `settings` its model. `client`: the handlers of the
     message types only this method sends (`train.<action>`, `query.<action>`, `evaluate.<action>`);
     the generic `train` / `evaluate` handlers serve every method. `limits`: fields of the section that
-    count per-client things and must fit num-clients. `robust`: its global part may use
+    count clients, each with what it counts: `"clients"` (at most num-clients, e.g. clusters) or
+    `"other-clients"` (at most num-clients − 1, e.g. a client's neighbours). `robust`: its global part may use
     `aggregation` = median / trimmed-mean.
     """
 
@@ -54,7 +55,7 @@ class Method:
     section: str | None = None
     settings: type[MethodSettings] | None = None
     client: Mapping[str, ClientHandler] = field(default_factory=dict)
-    limits: tuple[str, ...] = ()
+    limits: Mapping[str, Literal["clients", "other-clients"]] = field(default_factory=dict)
     robust: bool = False
 
 
@@ -190,22 +191,22 @@ for _method in (
            robust=True),
     Method("ifca", _ifca, "ifca", IFCASection, {"train.ifca": "client_app.ifca:train",
                                                  "evaluate.ifca": "client_app.ifca:evaluate"},
-           limits=("clusters",)),
-    Method("fedsem", _fedsem, "fedsem", FedSEMSection, limits=("clusters",)),
+           limits={"clusters": "clients"}),
+    Method("fedsem", _fedsem, "fedsem", FedSEMSection, limits={"clusters": "clients"}),
     Method("flt", _flt, "flt", FLTSection, {"train.flt_ae": "client_app.flt:train_autoencoder",
                                             "query.flt_embed": "client_app.flt:embed"},
-           limits=("clusters",)),
+           limits={"clusters": "clients"}),
     Method("fedper", _fedper, robust=True),
     Method("lg-fedavg", _lg_fedavg, robust=True),
     Method("sfl", _sfl, "sfl", SFLSection, {"train.sfl": "client_app.sfl:train"}),
     Method("sfl-star", _sfl_star, "sfl", SFLSection, {"train.sfl": "client_app.sfl:train"},
-           limits=("gl_k",)),
+           limits={"gl_k": "other-clients"}),
     Method("fedcg", _fedcg, "fedcg", FedCGSection, {
         "train.fedcg": "client_app.fedcg:train", "evaluate.fedcg": "client_app.fedcg:evaluate",
         "query.fedcg_balance": "client_app.fedcg:balance_statistics"}),
     Method("fedska", _fedska, "fedska", FedSKASection, {
         "train.fedska": "client_app.fedska:train", "query.ska_embed": "client_app.fedska:embed",
-        "query.ska_grad": "client_app.fedska:slot_gradient"}, limits=("k",)),
+        "query.ska_grad": "client_app.fedska:slot_gradient"}, limits={"k": "other-clients"}),
     Method("fedu", _fedu, "fedu", FedUSection),
 ):
     register(_method)

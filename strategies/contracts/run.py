@@ -263,11 +263,11 @@ class RunConfig(Settings):
                     f"{', '.join(robust)}; method '{self.method}' aggregates over a client "
                     "graph or clusters: set aggregation='mean'")
         method = registry.METHODS[self.method]
-        for field in method.limits:
+        for field, counts in method.limits.items():
             section = self.section(method.section)
             value = getattr(section, field)
             default = type(section).model_fields[field].default
-            limit = self.num_clients if field == "clusters" else self.num_clients - 1
+            limit = self.num_clients if counts == "clients" else self.num_clients - 1
             if value != default and value > limit:
                 key = f"{method.section}.{kebab(field)}"
                 raise ValueError(f"{key} = {value} must be at most {limit} with num-clients = "
