@@ -41,7 +41,7 @@ class FedCGSpec:
     num_domains: int = 4  # D
     layers: str = "last"  # "last": the last conv layer of the backbone; "all": every conv layer
     gcn_layers: int = 2  # 1: V̂ = σ(A V W); 2: V̂ = σ(A σ(A V W1) W2)
-    bottleneck: int = 64  # b of the 2-layer form
+    bottleneck: int = 16  # b of the 2-layer form
     use_w: bool = True  # False: the GCN has no weights (V̂ = σ(A V), or σ(A σ(A V)))
     relu: bool = True  # σ = ReLU (True) or the identity
     residual: bool = True  # False: branch only, z = Σ_d w_d f(x; θ̂^d) (Table 3 "GCN" rows)

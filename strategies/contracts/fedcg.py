@@ -20,7 +20,7 @@ class FedCGSection(MethodSettings):
     adjacency: Literal["distance", "identity", "uniform", "random"] = "distance"
     layers: Literal["last", "all"] = "last"  # which conv layers become FedCG layers
     gcn_layers: Literal[1, 2] = 2  # 1: full W [q, q]; 2: bottleneck W1 [q, b], W2 [b, q]
-    bottleneck: int = Field(64, ge=1)  # b
+    bottleneck: int = Field(16, ge=1)  # b (spec CPU row: 64; README "FedCG results" for why 16)
     use_w: bool = True  # false: a weight-free GCN
     relu: bool = True  # σ = ReLU on the GCN outputs (false: identity)
     residual: bool = True  # false: branch only (no agnostic layer)
