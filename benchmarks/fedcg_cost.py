@@ -47,6 +47,7 @@ from strategies.contracts.run import RunConfig
 from server_app.harness.local_grid import LocalGrid
 from strategies.contracts.run import default_run_config
 from strategies.fedcg import FedCG
+from strategies.phases import answer
 from strategies.messages import CONFIG, GLOBAL, TRAIN, TrainInstructions, with_client
 
 TARGET_RATIO = 2.0
@@ -76,16 +77,18 @@ def round_one(overrides: dict[str, Any]) -> tuple[RunConfig, dict[str, Message],
                             batch_size=cfg.batch_size, seed=cfg.seed).config()
     context = next(iter(grid.contexts.values()))
 
-    def exchange(messages: list[Message], timeout: float, phase: str) -> list[tuple[int, Message]]:
-        """The strategy's query phases (teacher-centering) answered by this client's real handler."""
-        return [(0, client_app(_deliver(m.content, m.metadata.message_type), context)) for m in messages]
+    def respond(client: int, message: Message) -> Message:
+        """The strategy's balancing queries answered by this client's real handler."""
+        return client_app(_deliver(message.content, message.metadata.message_type), context)
 
     strategy = FedCG(cfg)
-    clients = SimpleNamespace(get_node_ids=lambda: [0], exchange=exchange)
+    clients = SimpleNamespace(get_node_ids=lambda: [0])
     strategy.bind(arrays, clients)
     start = time.perf_counter()
-    strategy.update_labelling(clients)
+    answer(strategy.update_labelling(clients), respond)
     balancing = time.perf_counter() - start
+    if cfg.fedcg.balanced and strategy.labelling is None:
+        raise RuntimeError("the balancing queries formed no labelling")
     fedcg = next(iter(strategy.configure_train(1, arrays, ins, clients)))
     messages = {
         "fedavg": _deliver(RecordDict({GLOBAL: arrays, CONFIG: ins}), TRAIN),

@@ -91,6 +91,15 @@ def _arrays(reply) -> dict[str, np.ndarray]:
     return {f"{name}/{k}": v.numpy() for name in (MODEL, STUDENT) for k, v in reply.content[name].items()}
 
 
+def test_the_cost_benchmark_times_a_balanced_round_one_message():
+    """`benchmarks.fedcg_cost` drives the balancing queries through the client's real handler, so its
+    FedCG message carries the Sinkhorn labelling (without it the timed epoch is the unbalanced one)."""
+    _, messages, _ = _messages()
+    assert TEACHER_LABELLING in messages["fedcg"].content
+    _, unbalanced, _ = _messages(**{"fedcg.balance": "none"})
+    assert TEACHER_LABELLING not in unbalanced["fedcg"].content
+
+
 def test_cached_teacher_logits_give_the_same_reply_and_a_new_teacher_replaces_them():
     _, messages, context = _messages()
     message = messages["fedcg"]
