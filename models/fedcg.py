@@ -30,7 +30,7 @@ from torch.nn import functional as F
 from models.backbones import Backbone
 
 LAYER_CHOICES = ("last", "all")
-GCN_INITS = ("glorot", "scaled")
+GCN_INITS = ("glorot", "scaled", "zero")
 ONE_LAYER_MAX_WEIGHTS = 1 << 24  # q·q above this (64 MiB of float32) needs the 2-layer bottleneck
 
 
@@ -60,6 +60,9 @@ class FedCGSpec:
             raise ValueError(f"fedcg.bottleneck must be >= 1, got {self.bottleneck}")
         if self.gcn_init not in GCN_INITS:
             raise ValueError(f"fedcg.gcn-init must be one of {GCN_INITS}, got {self.gcn_init!r}")
+        if self.gcn_init == "zero" and (self.relu or not self.use_w):
+            raise ValueError("fedcg.gcn-init='zero' starts the GCN's last weight at 0, where a ReLU passes no "
+                             "gradient: it needs fedcg.relu=false and fedcg.use-w=true")
 
 
 def _glorot(rows: int, cols: int) -> nn.Parameter:
@@ -86,10 +89,14 @@ def gcn_weights(q: int, spec: "FedCGSpec") -> dict[str, nn.Parameter]:
     (He), so every GCN layer keeps its input's second moment and V̂ starts at V's scale."""
     relu_gain = 2.0 if spec.relu else 1.0
     if spec.gcn_layers == 1:
+        if spec.gcn_init == "zero":
+            return {"W": nn.Parameter(torch.zeros(q, q))}
         return {"W": _glorot(q, q) if spec.gcn_init == "glorot" else _uniform(q, q, 1.0 / q)}
     b = spec.bottleneck
     if spec.gcn_init == "glorot":
         return {"W1": _glorot(q, b), "W2": _glorot(b, q)}
+    if spec.gcn_init == "zero":
+        return {"W1": _uniform(q, b, 1.0 / q), "W2": nn.Parameter(torch.zeros(b, q))}
     return {"W1": _uniform(q, b, 1.0 / q), "W2": _uniform(b, q, relu_gain / b)}
 
 

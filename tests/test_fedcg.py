@@ -149,6 +149,35 @@ def test_scaled_gcn_init_keeps_the_branch_rows_scale_and_glorot_shrinks_them():
         RunConfig.from_flower({**default_run_config(), "method": "fedcg", "model": "cnn", "fedcg.gcn-init": "he"})
 
 
+@pytest.mark.parametrize("gcn_layers", [1, 2])
+def test_zero_gcn_init_starts_as_the_backbone_and_the_branches_then_learn(gcn_layers):
+    """fedcg.gcn-init='zero' (linear GCN): V̂ = 0 at init, so the FedCG model computes exactly its
+    backbone for any domain weights; one SGD step on one domain makes the branches differ from 0."""
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(2, 3, 3, padding=1)
+    spec = FedCGSpec(num_domains=D, gcn_layers=gcn_layers, gcn_init="zero", relu=False, lambda_init=1.0)
+    layer = FedCGConv(conv, spec)
+    a = _dense_adjacency()
+    assert float(layer.node_features(a).detach().abs().max()) == 0.0
+    x = torch.randn(6, 2, 5, 5)
+    plain = conv(x).detach()
+    for domains in (torch.tensor([0, 1, 2, 3, 0, 1]), torch.softmax(torch.randn(6, D), dim=1)):
+        layer.bind(a, domains)
+        np.testing.assert_allclose(layer(x).detach().numpy(), plain.numpy(), atol=1e-6)
+    layer.bind(a, torch.full((6,), 2))
+    layer(x).pow(2).sum().backward()
+    last = layer.W if gcn_layers == 1 else layer.W2
+    assert float(last.grad.abs().sum()) > 0
+    with torch.no_grad():
+        last -= 0.1 * last.grad
+    assert float(layer.node_features(a).detach().abs().max()) > 0
+    with pytest.raises(ValueError, match="fedcg.relu=false"):
+        FedCGSpec(gcn_init="zero")  # a ReLU at 0 passes no gradient: the branches would stay 0
+    with pytest.raises(ConfigError, match="fedcg.relu=false"):
+        RunConfig.from_flower({**default_run_config(), "method": "fedcg", "model": "cnn",
+                               "fedcg.gcn-init": "zero"})
+
+
 @pytest.mark.parametrize("use_w,gcn_layers", [(True, 2), (False, 2), (False, 1)])
 def test_loss_on_one_domain_reaches_every_branch_row_when_a_is_not_identity(use_w, gcn_layers):
     model = _model(use_w=use_w, gcn_layers=gcn_layers, relu=False)
