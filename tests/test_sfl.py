@@ -477,6 +477,38 @@ def test_rows_all_is_the_spec_propagation_over_every_row_including_w0(tiny_run):
     torch.testing.assert_close(global_row, expected.mean(dim=0))
 
 
+SPEC_FLAGS = {"sfl.rows": "all", "sfl.staleness-decay": 1.0, "sfl.reg-grad": True, "sfl.start": "global",
+              "sfl.hops": 3, "sfl.alpha": 1.0}
+STAR_SPEC_FLAGS = {"sfl.beta": 0.05, "sfl.gl-model": "mtgnn", "sfl.gl-features": "models"}
+# Recorded with the code before the robustness defaults (commit ae0f9ef^, where these settings were the
+# defaults and rows / staleness-decay / start / gl-model / gl-features did not exist), on the
+# `tests/method_runs.py` base run: per round (personalized mean %, train loss, learner loss).
+BEFORE_THE_DEFAULTS = {
+    "sfl": [(35.416666666666664, 2.060465282864041, None), (57.638888888888886, 2.0008307562934027, None),
+            (67.3611111111111, 1.9260741339789496, None)],
+    "sfl-star": [(38.19444444444444, 2.060465282864041, 0.14328141510486603),
+                 (55.555555555555564, 2.0023201836480036, 0.18869976699352264),
+                 (65.27777777777779, 1.9264895121256511, 0.2061709314584732)],
+}
+
+
+@pytest.mark.parametrize("method", sorted(BEFORE_THE_DEFAULTS))
+def test_spec_flags_reproduce_the_numbers_before_the_robustness_defaults(method, tmp_path):
+    from method_runs import BASE
+
+    flags = {**SPEC_FLAGS, **(STAR_SPEC_FLAGS if method == "sfl-star" else {})}
+    extra = {"sfl.gl-k": 2, "sfl.gl-steps": 5} if method == "sfl-star" else {}
+    simulate({**BASE, "method": method, **flags, **extra, "output-dir": str(tmp_path), "run-name": "run"},
+             num_nodes=2)
+    rounds = [json.loads(line) for line in (tmp_path / "run" / "rounds.jsonl").read_text().splitlines()]
+    got = [(r["personalized"]["mean"], r["train-loss"], r.get("sfl-learner-loss")) for r in rounds[1:]]
+    assert len(got) == len(BEFORE_THE_DEFAULTS[method])
+    for values, recorded in zip(got, BEFORE_THE_DEFAULTS[method]):
+        assert (values[2] is None) == (recorded[2] is None)
+        assert [v for v in values if v is not None] == pytest.approx(
+            [v for v in recorded if v is not None], rel=1e-6)  # the learner runs in float32
+
+
 def test_the_learner_fitted_on_trained_rows_gives_the_others_no_edge():
     rows = torch.randn(8, 30, generator=torch.Generator().manual_seed(3))
     include = torch.tensor([True] * 5 + [False] * 3)
