@@ -10,8 +10,15 @@ Every sampled client trains its own model v_k alone (`train.local`, plain SGD: t
 with a the row-normalised client graph (`fedu.graph`: the label-sharing ground truth, the road
 graph of a traffic data set, or a file). [D] the step is taken from one snapshot of the round's models
 (Jacobi) as one matrix product; the reference loops over clients and lets later clients see earlier
-clients' already-updated models. Clients that were not sampled keep their (stale) row. λ = 0 is
-`local`. Each client is evaluated with its own v_k.
+clients' already-updated models. Clients that were not sampled keep their (stale) row. Each client is
+evaluated with its own v_k.
+
+A client that has never trained still holds the initial model. `fedu.untrained=neighbours` replaces its
+row, after every round, by the graph-weighted mean of its trained neighbours' rows,
+v_k = Σ_l a_kl·m_l·v_l / Σ_l a_kl·m_l (m_l = 1 once client l has trained), so that under partial
+participation it is evaluated with, and first trains from, what its neighbours learned (a client with
+no trained neighbour keeps the initial model); `initial` is the reference behaviour, under which
+λ = 0 is `local`.
 """
 
 from __future__ import annotations
@@ -43,16 +50,32 @@ def laplacian_step(rows: torch.Tensor, adjacency: torch.Tensor, step: float) -> 
     return rows - step * (laplacian @ rows)
 
 
+def rows_from_trained_neighbours(rows: torch.Tensor, adjacency: torch.Tensor, trained: torch.Tensor
+                                 ) -> torch.Tensor:
+    """Rows [N, P] where every untrained row k (trained[k] false) with a trained neighbour becomes
+    Σ_l a_kl·m_l·v_l / Σ_l a_kl·m_l over the trained rows l (m = trained as 0/1); the others stay."""
+    weights = adjacency.to(torch.float64) * trained.to(torch.float64)  # columns of untrained rows: 0
+    mass = weights.sum(dim=1)
+    takes = ~trained & (mass > 0)
+    if not bool(takes.any()):
+        return rows
+    out = rows.clone()
+    mixed = (weights[takes] / mass[takes, None]) @ rows.to(torch.float64)
+    out[takes] = mixed.to(rows.dtype)
+    return out
+
+
 class FedU(PersonalizedStrategy):
     """Local training + one Laplacian-regularisation step over the given graph per round."""
 
     train_message_type = TRAIN_LOCAL
 
     def __init__(self, num_clients: int, fraction_train: float, graph: np.ndarray, lam: float,
-                 lr: float) -> None:
+                 lr: float, untrained: str = "neighbours") -> None:
         super().__init__(num_clients, fraction_train)
         self.graph = row_normalize(check_adjacency(graph, num_clients))
         self.lam, self.lr = lam, lr
+        self.untrained = untrained
         self._trained: list[int] = []
 
     def train_content(self, client: int, arrays: ArrayRecord, config: ConfigRecord) -> RecordDict:
@@ -70,19 +93,21 @@ class FedU(PersonalizedStrategy):
         self._trained = []
         sub = self.graph[trained][:, trained]
         self.personal[trained] = laplacian_step(self.personal[trained], sub, self.lr * self.lam)
+        if self.untrained == "neighbours":
+            self.personal = rows_from_trained_neighbours(self.personal, self.graph, self.last_trained >= 0)
         return None
 
     def report(self, directory: Any, truth: Any) -> dict[str, Any]:
         from strategies.reporter import save_matrix
 
         save_matrix(directory, "graph", self.graph.numpy(), title="FedU: given graph (row-normalised)")
-        return {"fedu": {"lambda": self.lam, "step": self.lr * self.lam,
+        return {"fedu": {"lambda": self.lam, "step": self.lr * self.lam, "untrained": self.untrained,
                          "edges-per-client": float((self.graph > 0).sum(dim=1).float().mean())}}
 
 
 def build_fedu(cfg: RunConfig) -> FedU:
     """FedU from the run config; the graph is loaded and checked before any client is contacted."""
     graph = given_graph(cfg, cfg.fedu.graph, cfg.fedu.graph_file, "fedu.graph")
-    log.info("FedU: graph '%s', %.1f neighbours per client (self included), λ = %g",
-             cfg.fedu.graph, float((graph > 0).sum(axis=1).mean()), cfg.fedu.lambda_)
-    return FedU(cfg.num_clients, cfg.fraction_train, graph, cfg.fedu.lambda_, cfg.lr)
+    log.info("FedU: graph '%s', %.1f neighbours per client (self included), λ = %g, untrained rows: %s",
+             cfg.fedu.graph, float((graph > 0).sum(axis=1).mean()), cfg.fedu.lambda_, cfg.fedu.untrained)
+    return FedU(cfg.num_clients, cfg.fraction_train, graph, cfg.fedu.lambda_, cfg.lr, cfg.fedu.untrained)

@@ -44,6 +44,7 @@ CASES: dict[str, dict[str, Any]] = {
               "fedcg.adj-warmup": 1, "fedcg.bottleneck": 8, "fedcg.sinkhorn-iters": 3},
     "fedska": {"fedska.k": 2, "fedska.structure-steps": 2},
     "fedu": {},
+    "fedu-reference": {"method": "fedu", "fedu.untrained": "initial"},  # untrained rows keep w0
 }
 
 # What a round record keeps for the comparison: the results, not the time they took.

@@ -1,4 +1,5 @@
-"""FedU: the Laplacian step over the given graph, stale rows, λ = 0 is `local`, graph checks."""
+"""FedU: the Laplacian step over the given graph, stale rows, untrained rows from their trained
+neighbours, λ = 0 is `local` (reference untrained rows), graph checks."""
 
 import json
 
@@ -12,7 +13,7 @@ from strategies.contracts.base import ConfigError
 from strategies.contracts.run import RunConfig
 from server_app.harness.simulate import simulate
 from strategies.contracts.run import default_run_config
-from strategies.fedu import FedU, laplacian_step
+from strategies.fedu import FedU, laplacian_step, rows_from_trained_neighbours
 from strategies.graph import row_normalize
 from strategies.messages import METRICS, PERSONAL, TRAIN_LOCAL
 from strategies.params import ParameterLayout
@@ -37,10 +38,10 @@ def test_symmetric_graph_keeps_the_mean_and_pulls_rows_together():
     assert (out - out.mean(dim=0)).norm() < (v - v.mean(dim=0)).norm()
 
 
-def _strategy(graph, lam=0.1, lr=0.5):
+def _strategy(graph, lam=0.1, lr=0.5, untrained="initial"):
     torch.manual_seed(0)
     arrays = ArrayRecord(build_model("mclr", (1, 28, 28), 10).state_dict())
-    strategy = FedU(len(graph), 1.0, graph, lam, lr)
+    strategy = FedU(len(graph), 1.0, graph, lam, lr, untrained)
     strategy.layout = ParameterLayout.of(arrays)
     strategy.personal = strategy.layout.matrix(arrays, len(graph))
     return strategy
@@ -63,10 +64,41 @@ def test_server_step_uses_only_this_rounds_clients_and_keeps_stale_rows():
     assert strategy.train_message_type == TRAIN_LOCAL  # the client half of `local`
 
 
+def test_an_untrained_row_becomes_the_weighted_mean_of_its_trained_neighbours():
+    a = torch.tensor([[1.0, 2.0, 1.0, 0.0], [2.0, 1.0, 0.0, 0.0], [1.0, 0.0, 1.0, 3.0], [0.0, 0.0, 3.0, 1.0]])
+    v = torch.randn(4, 5)
+    trained = torch.tensor([True, False, False, True])
+    out = rows_from_trained_neighbours(v, a, trained)
+    assert torch.equal(out[0], v[0]) and torch.equal(out[3], v[3])  # trained rows stay
+    torch.testing.assert_close(out[1], v[0])  # its one trained neighbour (itself has no weight)
+    torch.testing.assert_close(out[2], (1.0 * v[0] + 3.0 * v[3]) / 4.0)
+    alone = rows_from_trained_neighbours(v, torch.eye(4), trained)  # no trained neighbour: unchanged
+    assert torch.equal(alone, v)
+
+
+def test_untrained_clients_take_their_trained_neighbours_rows_after_a_round_and_initial_keeps_w0():
+    graph = np.array([[1, 1, 0, 0], [1, 1, 1, 0], [0, 1, 1, 0], [0, 0, 0, 1]], dtype=np.float32)
+    rows = {}
+    for untrained in ("neighbours", "initial"):
+        strategy = _strategy(graph, untrained=untrained)
+        w0 = strategy.personal[0].clone()
+        new = {0: torch.randn(strategy.layout.size, generator=torch.Generator().manual_seed(1))}
+        strategy.last_trained[0] = 1
+        strategy.absorb(0, RecordDict({PERSONAL: strategy.layout.arrays(new[0]),
+                                       METRICS: MetricRecord({"num-examples": 3})}))
+        strategy.after_train(1)
+        rows[untrained] = strategy.personal.clone()
+        assert torch.equal(strategy.personal[2], w0) and torch.equal(strategy.personal[3], w0)
+    torch.testing.assert_close(rows["neighbours"][1], rows["neighbours"][0])  # client 1 sees client 0
+    assert torch.equal(rows["initial"][1], rows["initial"][2])  # still w0 (the reference)
+    assert torch.equal(rows["neighbours"][0], rows["initial"][0])
+
+
 def test_lambda_zero_is_exactly_local_training(tiny_run, tmp_path):
     common = {**tiny_run, "partition": "shards", "num-clients": 4, "num-rounds": 2}
     local = simulate({**common, "method": "local", "run-name": "local"})
-    fedu0 = simulate({**common, "method": "fedu", "fedu.lambda": 0.0, "run-name": "fedu0"})
+    fedu0 = simulate({**common, "method": "fedu", "fedu.lambda": 0.0, "fedu.untrained": "initial",
+                      "run-name": "fedu0"})
     fedu = simulate({**common, "method": "fedu", "fedu.lambda": 5.0, "run-name": "fedu"})
     assert fedu0["final"] == local["final"]
     assert fedu["final"] != local["final"]
@@ -95,5 +127,5 @@ def test_readme_documents_every_fedu_key():
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     section = readme.split("### FedU")[1].split("\n### ")[0]
     keys = [key for key in RunConfig().flat() if key.startswith("fedu.")]
-    assert len(keys) == 3
+    assert len(keys) == 4
     assert [k for k in keys if f"`{k}`" not in section] == []

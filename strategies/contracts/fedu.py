@@ -17,3 +17,6 @@ class FedUSection(GraphFileRule):
     graph: Literal["label-sharing", "road", "file"] = "label-sharing"
     graph_file: str = Field("", validate_default=True)  # .npy / .csv adjacency for graph='file'
     lambda_: float = Field(0.1, ge=0.0)  # λ of w_k ← w_k − η·λ·Σ_l a_kl (w_k − w_l) ([C] L_K 0.1)
+    # the row of a client that has never trained: `neighbours` = the graph-weighted mean of its
+    # trained neighbours' rows (it starts training from there); `initial` = the initial model (reference)
+    untrained: Literal["neighbours", "initial"] = "neighbours"
