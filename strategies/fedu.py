@@ -52,16 +52,15 @@ def laplacian_step(rows: torch.Tensor, adjacency: torch.Tensor, step: float) -> 
 
 def rows_from_trained_neighbours(rows: torch.Tensor, adjacency: torch.Tensor, trained: torch.Tensor
                                  ) -> torch.Tensor:
-    """Rows [N, P] where every untrained row k (trained[k] false) with a trained neighbour becomes
-    Σ_l a_kl·m_l·v_l / Σ_l a_kl·m_l over the trained rows l (m = trained as 0/1); the others stay."""
-    weights = adjacency.to(torch.float64) * trained.to(torch.float64)  # columns of untrained rows: 0
-    mass = weights.sum(dim=1)
-    takes = ~trained & (mass > 0)
-    if not bool(takes.any()):
+    """Rows [N, P] where every untrained row k (trained[k] false) becomes Σ_l a_kl·m_l·v_l / Σ_l a_kl·m_l
+    over the trained rows l (m = trained as 0/1): row k of rownorm(A·diag(m)), whose rows without a
+    trained neighbour are self-loops, so those rows stay. Trained rows stay."""
+    untrained = ~trained
+    if not bool(untrained.any()):
         return rows
+    mixing = row_normalize(adjacency * trained.to(adjacency.dtype))
     out = rows.clone()
-    mixed = (weights[takes] / mass[takes, None]) @ rows.to(torch.float64)
-    out[takes] = mixed.to(rows.dtype)
+    out[untrained] = mixing[untrained].to(rows.dtype) @ rows
     return out
 
 

@@ -82,9 +82,9 @@ def test_untrained_clients_take_their_trained_neighbours_rows_after_a_round_and_
     for untrained in ("neighbours", "initial"):
         strategy = _strategy(graph, untrained=untrained)
         w0 = strategy.personal[0].clone()
-        new = {0: torch.randn(strategy.layout.size, generator=torch.Generator().manual_seed(1))}
+        row = torch.randn(strategy.layout.size, generator=torch.Generator().manual_seed(1))
         strategy.last_trained[0] = 1
-        strategy.absorb(0, RecordDict({PERSONAL: strategy.layout.arrays(new[0]),
+        strategy.absorb(0, RecordDict({PERSONAL: strategy.layout.arrays(row),
                                        METRICS: MetricRecord({"num-examples": 3})}))
         strategy.after_train(1)
         rows[untrained] = strategy.personal.clone()
