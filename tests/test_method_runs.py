@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from method_runs import CASES, GOLDEN, flatten, run_case
+from method_runs import CASES, GOLDEN, differences, run_case
 
 pytestmark = pytest.mark.federation
 
@@ -21,4 +21,16 @@ def test_short_run_reproduces_the_recorded_numbers(method, tmp_path):
     rounds = run_case(method, tmp_path)
     assert [r["round"] for r in rounds] == [r["round"] for r in RECORDED[method]]
     for got, want in zip(rounds, RECORDED[method]):
-        assert flatten(got) == pytest.approx(flatten(want), rel=1e-6, abs=1e-9), f"{method} round {want['round']}"
+        problems = differences(got, want)
+        assert not problems, f"{method} round {want['round']}: " + "; ".join(problems)
+
+
+def test_the_comparison_tells_numbers_from_ids():
+    """Floats compare within tolerance; counts, names and client-id lists compare exactly."""
+    want = {"round": 1, "personalized": {"mean": 50.0}, "failed-clients": [], "phases": 1}
+    assert differences({**want, "personalized": {"mean": 50.0 + 1e-8}}, want) == []
+    assert differences({**want, "personalized": {"mean": 50.1}}, want) == ["personalized/mean: 50.1 != 50.0"]
+    assert differences({**want, "failed-clients": [3]}, want) == ["failed-clients: [3] != []"]
+    assert differences({**want, "phases": 2}, want) == ["phases: 2 != 1"]
+    assert differences({"round": 1}, want) == ["failed-clients: missing", "personalized/mean: missing",
+                                               "phases: missing"]
