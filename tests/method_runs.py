@@ -49,7 +49,9 @@ CASES: dict[str, dict[str, Any]] = {
                       "max-samples-per-client": 40, "batch-size": 10, "fedcg.domains": 2,
                       "fedcg.teacher-period": 2, "fedcg.adj-warmup": 1, "fedcg.bottleneck": 8,
                       "fedcg.sinkhorn-iters": 3, "fedcg.balance-sample": 8},
-    "fedska": {"fedska.k": 2, "fedska.structure-steps": 2},
+    "fedska": {"fedska.k": 2, "fedska.structure-steps": 2,
+               "fedska.schedule": "separate"},  # the paper's: embed and grad queries as phases
+    "fedska-fused": {"method": "fedska", "fedska.k": 2, "fedska.structure-steps": 2},  # the default
     "fedu": {},
     "fedu-reference": {"method": "fedu", "fedu.untrained": "initial"},  # untrained rows keep w0
 }
