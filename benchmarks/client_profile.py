@@ -16,6 +16,7 @@ of a deployed round: `docs/deploy-cost.md` sets these beside the deploy benchmar
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -30,9 +31,9 @@ RESULTS = REPO / "benchmarks" / "results"
 # One train message, handled as a fresh flwr-clientapp process would; prints the stage times (s).
 STAGES = r"""
 import json, sys, time
-marks = [("start", time.perf_counter())]
+marks = [("start", time.perf_counter(), time.process_time())]
 def mark(name):
-    marks.append((name, time.perf_counter()))
+    marks.append((name, time.perf_counter(), time.process_time()))
 from flwr.supernode.cli import flwr_clientapp  # Flower's entry point of the ClientApp process
 from flwr.app import ArrayRecord, Context, Message, RecordDict
 mark("flower imports")
@@ -63,14 +64,18 @@ mark("run config + client data")
 reply = app(train, context)
 mark("train handler (training + reply records)")
 assert not reply.has_error(), reply.error
-print(json.dumps([[b[0], b[1] - a[1]] for a, b in zip(marks, marks[1:])]))
+print(json.dumps([[b[0], [b[1] - a[1], b[2] - a[2]]] for a, b in zip(marks, marks[1:])]))
 """
 
 
-def interpreter_start() -> float:
+def interpreter_start() -> tuple[float, float]:
+    """(wall, CPU of the child) of `python -c pass`."""
+    before = os.times()
     started = time.perf_counter()
     subprocess.run([sys.executable, "-c", "pass"], check=True)
-    return time.perf_counter() - started
+    after = os.times()
+    return (time.perf_counter() - started,
+            after.children_user + after.children_system - before.children_user - before.children_system)
 
 
 def one_process(job: dict) -> tuple[dict[str, float], float]:
@@ -92,9 +97,9 @@ def main() -> None:
     job = {**JOB, "method": args.method, "num-clients": 3}
     starts = [interpreter_start() for _ in range(args.repeats)]
     runs = [one_process(job) for _ in range(args.repeats)]
-    stages = {name: statistics.median(r[0][name] for r in runs) for name in runs[0][0]}
+    stages = {name: [statistics.median(r[0][name][i] for r in runs) for i in (0, 1)] for name in runs[0][0]}
     wall = statistics.median(w for _, w in runs)
-    rows = [("interpreter start", statistics.median(starts), "Python")]
+    rows = [("interpreter start", [statistics.median(s[i] for s in starts) for i in (0, 1)], "Python")]
     owner = {"flower imports": "Flower (its ClientApp process)", "import torch": "the model code (torch)",
              "bouquet imports": "Bouquet", "run config + client data": "Bouquet",
              "train handler (training + reply records)": "Bouquet (the method's work)"}
@@ -103,12 +108,13 @@ def main() -> None:
     lines = ["# One deployed message inside the ClientApp process", "",
              f"Command: `python -m benchmarks.client_profile {' '.join(sys.argv[1:])}`  ",
              f"flwr {machine['flwr']}, torch {machine['torch']}; {machine['cpu']}, {machine['cores']} "
-             f"cores (shared with other jobs); medians over {args.repeats} fresh processes. Job: the "
-             f"deploy benchmark's ({args.method}, digits, cnn, {JOB['max-samples-per-client']} samples "
-             "per client, 1 local epoch).", "",
-             "| stage | seconds (median) | whose |", "|---|---:|---|"]
-    lines += [f"| {name} | {value:.3f} | {who} |" for name, value, who in rows]
-    lines += [f"| whole process (wall, including the test harness's message building) | {wall:.3f} | |"]
+             f"cores shared with other jobs (load average {os.getloadavg()[0]:.1f} at the end: the wall "
+             f"times wait for a core, the CPU times do not); medians over {args.repeats} fresh "
+             f"processes. Job: the deploy benchmark's ({args.method}, digits, cnn, "
+             f"{JOB['max-samples-per-client']} samples per client, 1 local epoch).", "",
+             "| stage | wall s (median) | CPU s (median) | whose |", "|---|---:|---:|---|"]
+    lines += [f"| {name} | {value[0]:.3f} | {value[1]:.3f} | {who} |" for name, value, who in rows]
+    lines += [f"| whole process (wall, including the harness's message building) | {wall:.3f} | | |"]
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{args.name}.md").write_text("\n".join(lines) + "\n")
     (RESULTS / f"{args.name}.json").write_text(json.dumps(
