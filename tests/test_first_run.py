@@ -40,7 +40,8 @@ def test_ci_runs_exactly_the_readme_install_and_test_commands():
     commands = quick_start()
     steps = [line.strip() for line in (REPO / ".ci" / "run").read_text().splitlines()
              if line.strip() and not line.lstrip().startswith(("#", "set ", "cd ", "export "))]
-    assert steps == [commands["install"], commands["test"]]
+    assert steps == [commands["venv"], commands["install"], commands["test"]]
+    assert "-c constraints.txt" in commands["install"]
     assert commands["main"] == "flwr run . --stream"
 
 
