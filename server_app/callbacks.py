@@ -20,7 +20,7 @@ from flwr.app import ArrayRecord
 
 from datasets.partition import Partition
 from server_app.checkpoint import CheckpointStore
-from strategies.reporter import MethodReporter
+from strategies.shared.reporter import MethodReporter
 
 if TYPE_CHECKING:
     from server_app.runner import FederationRunner

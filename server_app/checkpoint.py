@@ -28,7 +28,7 @@ from typing import Any
 from flwr.app import Array
 from flwr.serverapp import Grid
 
-from strategies.clients import ClientGrid
+from server_app.clients import ClientGrid
 
 log = logging.getLogger("flwr.bouquet")
 

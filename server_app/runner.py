@@ -2,7 +2,7 @@
 
 Per round: configure_train → send → aggregate_train; every `eval-every` rounds and at the end the
 round's model(s) are evaluated (configure_evaluate → send → per-client metrics), by default with the
-next round's train message (`fuse-evaluate`: one phase per round, see `strategies.fusion`) and after
+next round's train message (`fuse-evaluate`: one phase per round, see `strategies.shared.fusion`) and after
 the last round in an evaluate-only phase. Failed or missing replies are logged with the client id
 and skipped. Replies reach the strategy sorted by client id, so aggregation order (and therefore the
 floating-point result) does not depend on arrival order.
@@ -34,18 +34,17 @@ from server_app.callbacks import (
 from server_app.checkpoint import CheckpointStore
 from server_app.metrics import accuracy_summary, regression_summary
 from server_app.reporting import RunRecorder
-from strategies.clients import ClientGrid, TrainClients
-from strategies.contracts.provenance import code_fingerprint
-from strategies.contracts.run import RunConfig
-from strategies.messages import (
+from server_app.clients import ClientGrid, TrainClients
+from strategies.shared.provenance import code_fingerprint
+from strategies.shared.run_config import RunConfig
+from strategies.shared.messages import (
     METRICS,
     EvaluateInstructions,
     EvaluateReply,
     TrainInstructions,
 )
-from strategies.phases import PhasedStrategy, Steps, run_phases
-from strategies.registry import known_record_names
-from strategies.validation import ReplyValidator
+from strategies.shared.phases import PhasedStrategy, Steps, run_phases
+from server_app.validation import ReplyValidator, known_record_names
 
 log = logging.getLogger("flwr.bouquet")
 
@@ -175,7 +174,7 @@ class FederationRunner:
         return server_round % cfg.eval_every == 0 or server_round == cfg.num_rounds
 
     def run_phases(self, steps: Steps | None) -> Any:
-        """Send the phases a method's step declares (`strategies.phases`), hand back the replies."""
+        """Send the phases a method's step declares (`strategies.shared.phases`), hand back the replies."""
         return run_phases(steps, lambda phase: self.clients.exchange(
             phase.messages, self.cfg.round_timeout, phase.name))
 
@@ -224,7 +223,7 @@ class FederationRunner:
                     ) -> tuple[list[Message], list[Message]]:
         """Round `server_round`'s train messages and, when `pending` (a finished round whose
         evaluation is still due) is given, that evaluation in the same phase: each client gets one
-        message (strategies.fusion). Returns (train messages, good train replies); the pending
+        message (strategies.shared.fusion). Returns (train messages, good train replies); the pending
         record is completed with its evaluation."""
         evaluation = (self.evaluation_messages(pending["round"], arrays)
                       if pending is not None else [])

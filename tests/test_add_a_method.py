@@ -16,11 +16,11 @@ from client_app.local_update import train_and_reply
 from client_app.runtime import client_runtime
 from client_app.training import proximal_penalty
 from server_app.harness.simulate import simulate
-from strategies.contracts.base import ConfigError, MethodSettings
-from strategies.contracts.run import RunConfig
-from strategies.messages import CONFIG, GLOBAL, METRICS, MODEL, TrainInstructions
-from strategies.personalized import PersonalizedStrategy
-from strategies.registry import METHODS, Method, register
+from strategies.shared.settings import ConfigError, MethodSettings
+from strategies.shared.run_config import RunConfig
+from strategies.shared.messages import CONFIG, GLOBAL, METRICS, MODEL, TrainInstructions
+from strategies.shared.personalized import PersonalizedStrategy
+from strategies.shared.registry import METHODS, Method, register
 
 pytestmark = pytest.mark.federation
 
@@ -132,7 +132,7 @@ def test_the_readme_finds_every_registered_method_in_files_that_exist():
     import re
     from pathlib import Path
 
-    from strategies.registry import method_names
+    from strategies.shared.registry import method_names
 
     repo = Path(__file__).resolve().parent.parent
     text = (repo / "README.md").read_text()

@@ -7,16 +7,16 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDic
 
 from client_app.app import app as client_app
 from builders import train_config
-from strategies.contracts.run import RunConfig
+from strategies.shared.run_config import RunConfig
 from server_app.harness.local_grid import LocalGrid
-from strategies.contracts.provenance import code_fingerprint
-from strategies.contracts.run import default_run_config
-from strategies.clients import ClientGrid, CodeMismatchError
-from strategies.ditto import Ditto
-from strategies.local import Local
-from strategies.messages import CLIENT, CONFIG, METRICS, MODEL, PERSONAL
-from strategies.params import ParameterLayout
-from strategies.personalized import weighted_mean
+from strategies.shared.provenance import code_fingerprint
+from strategies.shared.run_config import default_run_config
+from server_app.clients import ClientGrid, CodeMismatchError
+from strategies.methods.ditto.server import Ditto
+from strategies.methods.local.server import Local
+from strategies.shared.messages import CLIENT, CONFIG, METRICS, MODEL, PERSONAL
+from strategies.shared.params import ParameterLayout
+from strategies.shared.personalized import weighted_mean
 
 
 def _grid(num_clients, num_nodes, tiny_run):
@@ -49,7 +49,7 @@ def test_messages_are_rewritten_to_the_hosting_node_and_replies_mapped_back(tiny
 
     local.push_messages = spy
     content = RecordDict({CONFIG: ConfigRecord({"x": 1})})
-    from strategies.messages import IDENTIFY
+    from strategies.shared.messages import IDENTIFY
 
     replies = clients.send_and_receive(
         [Message(content, dst_node_id=c, message_type=IDENTIFY) for c in (3, 0)], timeout=5)

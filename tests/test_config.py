@@ -4,9 +4,9 @@ import pytest
 from flwr.app import Context, RecordDict
 
 from server_app.app import main
-from strategies.contracts.base import ConfigError
-from strategies.contracts.run import RunConfig
-from strategies.contracts.run import default_run_config
+from strategies.shared.settings import ConfigError
+from strategies.shared.run_config import RunConfig
+from strategies.shared.run_config import default_run_config
 
 
 def test_pyproject_defaults_validate_and_equal_the_model_defaults():

@@ -9,8 +9,8 @@ from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore.task_identity import TaskIdentity
 
-from strategies.clients import POLL_INTERVAL, ClientGrid, push_and_pull
-from strategies.messages import CONFIG, IDENTIFY, METRICS, IdentifyReply
+from server_app.clients import POLL_INTERVAL, ClientGrid, push_and_pull
+from strategies.shared.messages import CONFIG, IDENTIFY, METRICS, IdentifyReply
 
 for _name in ("run_id", "node_id", "task_id"):
     if getattr(TaskIdentity, f"_{_name}") is None:

@@ -11,20 +11,20 @@ import torch
 from flwr.app import ArrayRecord, RecordDict
 from torch.nn import functional as F
 
-from client_app.fedcg import domain_probabilities
+from client_app.methods.fedcg import domain_probabilities
 from datasets.partition import PartitionSpec, heldout_test_clients, make_partition
 from models import build_model
 from models.fedcg import DomainClassifier, FedCGConv, FedCGModel, FedCGSpec
-from strategies.contracts.base import ConfigError
-from strategies.contracts.run import RunConfig
+from strategies.shared.settings import ConfigError
+from strategies.shared.run_config import RunConfig
 from server_app.harness.simulate import simulate
-from strategies.contracts.run import default_run_config
-from strategies.fedcg import FedCG
-from strategies.graph import inverse_distance_adjacency, random_adjacency, uniform_adjacency
-from strategies.clients import TrainClients
-from strategies.fedcg_report import nmi_from_counts
-from strategies.contracts.fedcg import STUDENT, FedCGTrainReply
-from strategies.messages import METRICS, MODEL
+from strategies.shared.run_config import default_run_config
+from strategies.methods.fedcg.server import FedCG
+from strategies.shared.graph import inverse_distance_adjacency, random_adjacency, uniform_adjacency
+from server_app.clients import TrainClients
+from strategies.methods.fedcg.report import nmi_from_counts
+from strategies.methods.fedcg.settings import STUDENT, FedCGTrainReply
+from strategies.shared.messages import METRICS, MODEL
 
 D = 4
 

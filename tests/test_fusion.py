@@ -9,8 +9,8 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDic
 from flwr.supercore.task_identity import TaskIdentity
 
 from server_app.harness.simulate import simulate
-from strategies.fusion import fuse, fuse_reply, split_reply, split_request
-from strategies.messages import CLIENT, CONFIG, EVALUATION_PREFIX, FUSED, GLOBAL, METRICS
+from strategies.shared.fusion import fuse, fuse_reply, split_reply, split_request
+from strategies.shared.messages import CLIENT, CONFIG, EVALUATION_PREFIX, FUSED, GLOBAL, METRICS
 
 for _name in ("run_id", "node_id", "task_id"):
     if getattr(TaskIdentity, f"_{_name}") is None:

@@ -15,20 +15,20 @@ from client_app.training import evaluate as evaluate_model
 from client_app.training import seeded_generator, train_epochs
 from datasets.federated import load_client_data
 from server_app.app import initial_arrays
-from strategies.contracts.run import RunConfig
+from strategies.shared.run_config import RunConfig
 from server_app.harness.local_grid import LocalGrid
-from strategies.contracts.provenance import code_fingerprint
+from strategies.shared.provenance import code_fingerprint
 from server_app.harness.simulate import simulate
-from strategies.contracts.run import default_run_config
-from strategies.clients import ClientGrid
-from strategies.fedsem import FedSEM, kmeans, kmeans_plus_plus
-from strategies.clustered import seeded_models
-from strategies.ifca import IFCA
-from strategies.contracts.ifca import EVALUATE_IFCA, TRAIN_IFCA, cluster_model
-from strategies.messages import (
+from strategies.shared.run_config import default_run_config
+from server_app.clients import ClientGrid
+from strategies.methods.fedsem.server import FedSEM, kmeans, kmeans_plus_plus
+from strategies.shared.clustered import seeded_models
+from strategies.methods.ifca.server import IFCA
+from strategies.methods.ifca.settings import EVALUATE_IFCA, TRAIN_IFCA, cluster_model
+from strategies.shared.messages import (
     CONFIG, METRICS, MODEL, PERSONAL, EvaluateInstructions, TrainInstructions
 )
-from strategies.params import ParameterLayout
+from strategies.shared.params import ParameterLayout
 
 
 class _FakeClients:

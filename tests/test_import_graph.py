@@ -34,7 +34,7 @@ def test_the_checker_sees_lazy_imports_and_circles():
     assert cycles(edges) == [["a.x", "a.y", "a.z"]]
     graph = module_imports()
     # a lazy (in-function) import: the registry builds strategies only when asked
-    assert "strategies.sfl" in graph["strategies.registry"]
+    assert "strategies.methods.sfl.server" in graph["strategies.shared.registry"]
     assert group("server_app.harness.simulate") == "server_app.harness"
 
 

@@ -4,7 +4,7 @@ runner, or a test with made-up replies) sends them and hands the replies back in
 from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
-from strategies.phases import Phase, answer, no_phases, run_phases
+from strategies.shared.phases import Phase, answer, no_phases, run_phases
 
 for _name in ("run_id", "node_id", "task_id"):
     if getattr(TaskIdentity, f"_{_name}") is None:
