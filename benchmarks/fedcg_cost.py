@@ -82,14 +82,14 @@ def round_one(overrides: dict[str, Any]) -> tuple[RunConfig, dict[str, Message],
         return client_app(_deliver(message.content, message.metadata.message_type), context)
 
     strategy = FedCG(cfg)
-    clients = SimpleNamespace(get_node_ids=lambda: [0])
-    strategy.bind(arrays, clients)
+    strategy.bind(arrays)
     start = time.perf_counter()
-    answer(strategy.update_labelling(clients), respond)
+    answer(strategy.update_labelling([0]), respond)
     balancing = time.perf_counter() - start
     if cfg.fedcg.balanced and strategy.labelling is None:
         raise RuntimeError("the balancing queries formed no labelling")
-    fedcg = next(iter(strategy.configure_train(1, arrays, ins, clients)))
+    online = SimpleNamespace(get_node_ids=lambda: [0])  # what configure_train asks of a grid
+    fedcg = next(iter(strategy.configure_train(1, arrays, ins, online)))
     messages = {
         "fedavg": _deliver(RecordDict({GLOBAL: arrays, CONFIG: ins}), TRAIN),
         "fedcg": _deliver(fedcg.content, fedcg.metadata.message_type),

@@ -238,6 +238,10 @@ class ClientGrid:
         """The client a reply came from (also for errors the SuperLink raises on a node's behalf)."""
         return self._client_of_message[reply.metadata.reply_to_message_id]
 
+    def round_bytes(self) -> tuple[int, int]:
+        """Bytes (down, up) of every client's array records since the last `take_traffic`."""
+        return sum(self.bytes_down.values()), sum(self.bytes_up.values())
+
     def take_traffic(self) -> tuple[dict[int, int], dict[int, int]]:
         """Bytes down/up per client since the last call; ends the round (replies of earlier rounds
         are no longer mapped to clients, so the map does not grow with the run). `phases` is reset

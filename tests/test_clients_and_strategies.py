@@ -78,16 +78,6 @@ def test_weighted_mean_is_the_fedavg_rule():
     assert torch.allclose(weighted_mean(rows, torch.tensor([3.0, 1.0])), torch.tensor([1.0, 3.0]))
 
 
-class _FakeClients:
-    """Stands in for ClientGrid: knows which client each reply came from."""
-
-    def __init__(self):
-        self.of = {}
-
-    def client_id(self, reply):
-        return self.of[id(reply)]
-
-
 def _reply(records):
     from flwr.supercore.task_identity import TaskIdentity
 
@@ -112,12 +102,10 @@ def test_local_keeps_stale_rows_for_clients_that_did_not_reply():
     arrays, layout = _layout_and_rows()
     strategy = Local(num_clients=3, fraction_train=1.0)
     strategy.layout, strategy.personal = layout, layout.matrix(arrays, 3)
-    strategy.clients = _FakeClients()
     new_row = torch.full((layout.size,), 0.5)
     reply = _reply({PERSONAL: layout.arrays(new_row),
                     METRICS: MetricRecord({"num-examples": 10, "train-loss": 1.5})})
-    strategy.clients.of[id(reply)] = 1
-    global_arrays, metrics = strategy.aggregate_train(1, [reply])
+    global_arrays, metrics = strategy.aggregate_train(1, [(1, reply)])  # (client id, reply)
     assert global_arrays is None  # local has no global model
     assert metrics["train-loss"] == pytest.approx(1.5)
     assert torch.equal(strategy.personal[1], new_row)

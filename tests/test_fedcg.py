@@ -259,8 +259,7 @@ def test_teacher_changes_exactly_at_multiples_of_t_and_adjacency_after_warmup():
                                  "fedcg.teacher-period": 3, "fedcg.adj-warmup": 2, "fedcg.bottleneck": 4})
     strategy = FedCG(cfg)
     torch.manual_seed(0)
-    grid = SimpleNamespace(client_id=lambda reply: reply.client, get_node_ids=lambda: list(range(10)))
-    strategy.bind(ArrayRecord(build_model("cnn", (1, 28, 28), 10).state_dict()), grid)
+    strategy.bind(ArrayRecord(build_model("cnn", (1, 28, 28), 10).state_dict()))
     changed, identity = [], []
     for t in range(1, 8):
         before = strategy.teacher
@@ -269,7 +268,7 @@ def test_teacher_changes_exactly_at_multiples_of_t_and_adjacency_after_warmup():
         # FedAvg (eq. 2) of the model rows, weighted by num-examples
         rows = torch.stack([strategy.model_layout.row(r.content[MODEL]) for r in replies])
         expected = (torch.tensor([20.0, 21.0, 22.0]) / 63.0) @ rows
-        strategy.aggregate_train(t, replies)
+        strategy.aggregate_train(t, [(r.client, r) for r in replies])
         np.testing.assert_allclose(strategy.model_layout.row(strategy.model).numpy(), expected.numpy(),
                                    atol=1e-6)
         same = all(np.array_equal(before[k].numpy(), strategy.teacher[k].numpy()) for k in before.keys())

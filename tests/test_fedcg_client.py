@@ -174,7 +174,7 @@ class _FakeClients:
         return replies
 
     def label(self, strategy: FedCG) -> None:
-        run_phases(strategy.update_labelling(self),
+        run_phases(strategy.update_labelling(self.get_node_ids()),
                    lambda phase: self.exchange(phase.messages, 0.0, phase.name))
 
 
@@ -185,7 +185,7 @@ def _balanced_strategy(logits: list[torch.Tensor], **settings) -> tuple[FedCG, _
     strategy = FedCG(cfg)
     grid = _FakeClients(logits)
     torch.manual_seed(0)
-    strategy.bind(ArrayRecord(build_model("cnn", (1, 28, 28), 10).state_dict()), grid)
+    strategy.bind(ArrayRecord(build_model("cnn", (1, 28, 28), 10).state_dict()))
     grid.label(strategy)
     return strategy, grid
 

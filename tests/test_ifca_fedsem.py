@@ -31,31 +31,19 @@ from strategies.shared.messages import (
 from strategies.shared.params import ParameterLayout
 
 
-class _FakeClients:
-    """Stands in for ClientGrid: knows which client each reply came from."""
-
-    def __init__(self):
-        self.of = {}
-
-    def client_id(self, reply):
-        return self.of[id(reply)]
-
-
 def _replies(strategy, records_by_client):
-    """Train replies (as Flower builds them) from the given clients, registered with a fake grid."""
+    """(client id, train reply) pairs (replies as Flower builds them), as the runner hands them."""
     from flwr.supercore.task_identity import TaskIdentity
 
     for name in ("run_id", "node_id", "task_id"):
         if getattr(TaskIdentity, f"_{name}") is None:
             setattr(TaskIdentity, name, 1)
-    strategy.clients = strategy.clients or _FakeClients()
     replies = []
     for client, records in records_by_client.items():
         sent = Message(RecordDict(records), dst_node_id=1, message_type="train")
         sent.metadata.__dict__["_message_id"] = f"m{client}"
         reply = Message(RecordDict(records), reply_to=sent)
-        strategy.clients.of[id(reply)] = client
-        replies.append(reply)
+        replies.append((client, reply))
     return replies
 
 

@@ -18,7 +18,7 @@ def _setup(cls, num_clients=3):
     torch.manual_seed(0)
     arrays = ArrayRecord(build_model("mclr", (1, 28, 28), 10).state_dict())
     strategy = cls(num_clients, 1.0)
-    strategy.bind(arrays, grid=None)
+    strategy.bind(arrays)
     return strategy, arrays, strategy.layout
 
 

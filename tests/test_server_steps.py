@@ -22,14 +22,9 @@ for _name in ("run_id", "node_id", "task_id"):
         setattr(TaskIdentity, _name, 1)
 
 
-class Online:
-    """Which clients are reachable: all of them (what a method's step may ask a grid)."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def get_node_ids(self) -> list[int]:
-        return list(range(self.n))
+def Online(n: int) -> list[int]:
+    """Which clients are reachable: all of them (what the runner hands a method's step)."""
+    return list(range(n))
 
 
 def test_sfl_step_propagates_v_over_the_graph_and_reads_out_the_mean():

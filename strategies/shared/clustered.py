@@ -16,7 +16,6 @@ from sklearn.metrics import adjusted_rand_score
 from datasets.partition import Partition
 from datasets.sources import SOURCE_INFO
 from models import build_model
-from server_app.clients import ClientGrid
 from strategies.shared.messages import CONFIG, PERSONAL
 from strategies.shared.personalized import PersonalizedStrategy
 
@@ -67,8 +66,8 @@ class ClusteredStrategy(PersonalizedStrategy):
         """The `[C, P]` centre models before round 1."""
         raise NotImplementedError
 
-    def bind(self, arrays: ArrayRecord, grid: ClientGrid) -> None:
-        super().bind(arrays, grid)
+    def bind(self, arrays: ArrayRecord) -> None:
+        super().bind(arrays)
         if self.centres is None:
             self.centres = self.initial_centres(arrays)
 

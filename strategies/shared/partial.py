@@ -21,7 +21,6 @@ from __future__ import annotations
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
-from server_app.clients import ClientGrid
 from strategies.shared.messages import CONFIG, PERSONAL, TRAIN_LOCAL
 from strategies.shared.params import ParameterLayout
 from strategies.shared.personalized import PersonalizedStrategy
@@ -58,9 +57,9 @@ class PartialSharing(PersonalizedStrategy):
         self.shared: torch.Tensor | None = None  # g [P] (only the masked columns are used)
         self._trained: list[tuple[int, float]] = []
 
-    def bind(self, arrays: ArrayRecord, grid: ClientGrid) -> None:
+    def bind(self, arrays: ArrayRecord) -> None:
         first = self.layout is None
-        super().bind(arrays, grid)
+        super().bind(arrays)
         if first:
             self.mask = shared_columns(self.layout, self.shared_part)
             self.shared = self.layout.row(arrays).clone()

@@ -2,8 +2,9 @@
 
 Client models are rows of one float32 matrix `V [num_clients, P]` (see `strategies.shared.params`), keyed by
 stable client id, so graph methods aggregate with one matrix product and a client that misses a round
-keeps its last (stale) row. Sampling is Flower's own (`sample_nodes`) over the client ids of a
-`ClientGrid`; failed or missing replies are skipped. Subclasses say what a client receives and what the
+keeps its last (stale) row. Sampling is Flower's own (`sample_nodes`) over the reachable client ids
+the runner's grid lists; replies arrive as (client id, reply) pairs (`ClientKeyed`), failed or
+missing ones already left out. Subclasses say what a client receives and what the
 server does with the replies.
 """
 
@@ -15,13 +16,14 @@ from collections.abc import Iterable
 import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 from flwr.serverapp.strategy.fedtrimmedavg import trim_mean
 from flwr.serverapp.strategy.strategy_utils import sample_nodes
 
-from server_app.clients import ClientGrid
 from strategies.shared.messages import CONFIG, EVALUATE, METRICS, PERSONAL, TrainReply
 from strategies.shared.params import ParameterLayout
+from strategies.shared.phases import ClientKeyed, Replies
 from strategies.shared.reporter import MethodReporter
 
 log = logging.getLogger("flwr.bouquet")
@@ -52,8 +54,8 @@ def robust_mean(rows: torch.Tensor, weights: torch.Tensor, rule: str = "mean",
     raise ValueError(f"unknown aggregation {rule!r}; allowed: {', '.join(AGGREGATIONS)}")
 
 
-class PersonalizedStrategy(Strategy, MethodReporter):
-    """Per-client parameter matrix + per-client messages over a `ClientGrid`."""
+class PersonalizedStrategy(Strategy, MethodReporter, ClientKeyed):
+    """Per-client parameter matrix + per-client messages, replies keyed by client id."""
 
     train_message_type: str
 
@@ -63,7 +65,6 @@ class PersonalizedStrategy(Strategy, MethodReporter):
         self.layout: ParameterLayout | None = None
         self.personal: torch.Tensor | None = None  # V [num_clients, P]
         self.num_examples = torch.zeros(num_clients)
-        self.clients: ClientGrid | None = None
         self.aggregation = "mean"  # rule of the global part (`robust_mean`); set by the registry
         self.trim_fraction = 0.2
         self.last_trained = torch.full((num_clients,), -1, dtype=torch.long)  # round; -1 = never
@@ -100,9 +101,8 @@ class PersonalizedStrategy(Strategy, MethodReporter):
     def personal_arrays(self, client: int) -> ArrayRecord:
         return self.layout.arrays(self.personal[client])
 
-    def bind(self, arrays: ArrayRecord, grid: ClientGrid) -> None:
-        """Attach the grid of this round and, on first use, lay out V from the global model."""
-        self.clients = grid
+    def bind(self, arrays: ArrayRecord) -> None:
+        """On first use, lay out V from the global model."""
         if self.layout is None:
             self.layout = ParameterLayout.of(arrays)
             self.personal = self.layout.matrix(arrays, self.num_clients)
@@ -117,9 +117,9 @@ class PersonalizedStrategy(Strategy, MethodReporter):
                  self.fraction_train)
 
     def configure_train(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: ClientGrid
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        self.bind(arrays, grid)
+        self.bind(arrays)
         config["server-round"] = server_round
         sampled, _ = sample_nodes(grid, 1, self.sample_size(len(grid.get_node_ids())))
         return [
@@ -129,13 +129,12 @@ class PersonalizedStrategy(Strategy, MethodReporter):
         ]
 
     def aggregate_train(
-        self, server_round: int, replies: Iterable[Message]
+        self, server_round: int, replies: Replies
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         losses, weights = [], []
-        for reply in replies:
+        for client, reply in replies:
             if reply.has_error():
                 continue
-            client = self.clients.client_id(reply)
             metrics = TrainReply.read(reply.content[METRICS])
             self.num_examples[client] = metrics.num_examples
             self.last_trained[client] = server_round
@@ -149,18 +148,18 @@ class PersonalizedStrategy(Strategy, MethodReporter):
         return arrays, MetricRecord({"train-loss": loss})
 
     def configure_evaluate(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: ClientGrid
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        self.bind(arrays, grid)
+        self.bind(arrays)
         config["server-round"] = server_round
         return [
             Message(self.evaluate_content(c, arrays, config), dst_node_id=c, message_type=EVALUATE)
             for c in grid.get_node_ids()
         ]
 
-    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+    def aggregate_evaluate(self, server_round: int, replies: Replies) -> MetricRecord | None:
         correct = total = 0.0
-        for reply in replies:
+        for _, reply in replies:
             if not reply.has_error():
                 correct += float(reply.content[METRICS]["correct"])
                 total += float(reply.content[METRICS]["num-examples"])

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from flwr.app import ArrayRecord, ConfigRecord, Message
 
@@ -49,7 +49,7 @@ def run_phases(steps: Steps[T] | None, exchange: Callable[[Phase], Replies]) -> 
 
 
 def answer(steps: Steps[T], respond: Callable[[int, Message], Message | None]) -> T | None:
-    """Drive `steps` without any grid: `respond(client, message)` makes each reply (None = the
+    """Drive `steps` without any transport: `respond(client, message)` makes each reply (None = the
     client does not answer). For tests of a method's server step."""
     def exchange(phase: Phase) -> Replies:
         replies = [(m.metadata.dst_node_id, respond(m.metadata.dst_node_id, m))
@@ -59,22 +59,38 @@ def answer(steps: Steps[T], respond: Callable[[int, Message], Message | None]) -
     return run_phases(steps, exchange)
 
 
+class ClientKeyed:
+    """A strategy that keys what it learns by stable client id: its `aggregate_train` and
+    `aggregate_evaluate` take the runner's (client id, reply) pairs (`Replies`, sorted by client id)
+    instead of bare replies, so it never needs the transport to tell whose a reply is. (Flower's own
+    strategies, which need no client id, get the bare replies.)"""
+
+
+class CountsTraffic:
+    """A strategy that reports its traffic by phase: before each of its calls that may close a phase
+    (`aggregate_train`, the replies of each of its phases, its round report) the runner sets
+    `round_traffic` to the bytes (down, up) of array records exchanged with clients so far this
+    round."""
+
+    round_traffic: tuple[int, int] = (0, 0)
+
+
 class PhasedStrategy:
     """A strategy with exchanges of its own. Each hook is a step (see `Steps`) the runner drives;
-    the defaults need none. `grid` tells which clients are reachable; the step never sends."""
+    the defaults need none. `online` lists the reachable client ids (sorted); the step never sends."""
 
     def before_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                     grid: Any) -> Steps[None]:
+                     online: list[int]) -> Steps[None]:
         """Before round `server_round`'s train messages are configured (same arguments as
         `configure_train`)."""
         return no_phases()
 
     def before_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                        grid: Any) -> Steps[None]:
+                        online: list[int]) -> Steps[None]:
         """Before round `server_round`'s evaluation messages are configured (same arguments as
         `configure_evaluate`)."""
         return no_phases()
 
-    def after_aggregate(self, server_round: int, grid: Any) -> Steps[None]:
+    def after_aggregate(self, server_round: int, online: list[int]) -> Steps[None]:
         """After round `server_round`'s train replies were aggregated."""
         return no_phases()

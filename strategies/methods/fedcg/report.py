@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from flwr.app import Message, MetricRecord
+from flwr.app import MetricRecord
 
 from datasets.partition import Partition
 from strategies.methods.fedcg.settings import FEDCG_METRICS, FedCGEvaluateCounts
 from strategies.shared.messages import METRICS, EvaluateReply
+from strategies.shared.phases import Replies
 from strategies.shared.reporter import MethodReporter
 
 MAX_HEATMAPS = 12  # panels of adjacency-rounds.png
@@ -85,17 +86,16 @@ def largest_share(histogram: list[int] | None) -> float | None:
 class FedCGReporting(MethodReporter):
     """The reporting of `FedCG`: what its evaluation replies say, and its artifacts."""
 
-    def evaluation_report(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+    def evaluation_report(self, server_round: int, replies: Replies) -> MetricRecord | None:
         """`FedCG.aggregate_evaluate`: global accuracy over the test clients' images; accuracy per
         true domain and per assignment; test-set NMI."""
         correct: dict[int, float] = {}
         examples: dict[int, float] = {}
         student_counts, teacher_counts, truth_counts = {}, {}, {}
         by_assignment: dict[str, dict[int, float]] = {"soft": {}, "hard": {}}
-        for reply in replies:
+        for client, reply in replies:
             if reply.has_error():
                 continue
-            client = self.clients.client_id(reply)
             result = EvaluateReply.read(reply.content[METRICS])
             correct[client], examples[client] = float(result.correct), float(result.num_examples)
             if FEDCG_METRICS in reply.content:

@@ -44,13 +44,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from datasets.partition import Partition, heldout_test_clients
 from datasets.sources import SOURCE_INFO
 from models import build_model
 from models.fedcg import DomainClassifier, FedCGModel
-from server_app.clients import ClientGrid
 from strategies.methods.fedcg.settings import (
     ADJACENCY,
     EVALUATE_FEDCG,
@@ -77,7 +77,7 @@ from strategies.shared.messages import (
 )
 from strategies.shared.params import ParameterLayout
 from strategies.shared.personalized import weighted_mean
-from strategies.shared.phases import Phase, PhasedStrategy, Steps
+from strategies.shared.phases import ClientKeyed, Phase, PhasedStrategy, Replies, Steps
 from strategies.methods.fedcg.report import FedCGReporting, largest_share, nmi_from_counts
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ BRANCH_SEED_OFFSET = 7919  # branch rows, W, λ and the domain classifiers: a st
 
 # --- eq. 6–7 and the other adjacencies -------------------------------------------------------------
 # --- the strategy --------------------------------------------------------------------------------------
-class FedCG(Strategy, FedCGReporting, PhasedStrategy):
+class FedCG(Strategy, FedCGReporting, PhasedStrategy, ClientKeyed):
     """FedCG server (see the module docstring)."""
 
     def __init__(self, cfg: RunConfig, truth: Partition | None = None) -> None:
@@ -115,13 +115,11 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy):
         self.teacher_version = 0  # +1 at every φ ← ϕ
         self.labelling_version: int | None = None  # the teacher version the labelling belongs to
         self.balance_report: dict[str, Any] = {}  # the last balancing: its marginals and histogram
-        self.clients: ClientGrid | None = None
         self.adjacencies: list[np.ndarray] = [self.adjacency.numpy().copy()]  # A after round t
         self.rounds: dict[int, dict[str, Any]] = {}  # per-round report (train + evaluation)
 
     # --- state ----------------------------------------------------------------------------------
-    def bind(self, arrays: ArrayRecord, grid: ClientGrid) -> None:
-        self.clients = grid
+    def bind(self, arrays: ArrayRecord) -> None:
         if self.model is not None:
             return
         cfg, s = self.cfg, self.settings
@@ -163,7 +161,7 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy):
                  ", ".join(self.layer_names), len(self.train_clients), len(self.test_clients))
 
     # --- clustering=kmeans: one K-means of the client models before round 1 ([C offline_kmeans]) ---
-    def cluster_clients(self, config: ConfigRecord, grid: ClientGrid) -> Steps[None]:
+    def cluster_clients(self, config: ConfigRecord, online: list[int]) -> Steps[None]:
         """Every train client fine-tunes the initial backbone (`train.local`, kmeans-epochs); PCA to
         95% variance of the flattened models, sample-weighted KMeans(D) → one domain per client.
         A client without a model gets domain 0."""
@@ -172,7 +170,7 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy):
 
         local = ConfigRecord(dict(config))
         local["local-epochs"] = self.settings.kmeans_epochs
-        online = set(grid.get_node_ids())
+        online = set(online)
         messages = [Message(RecordDict({PERSONAL: self.initial_backbone, CONFIG: local}),
                             dst_node_id=c, message_type=TRAIN_LOCAL)
                     for c in self.train_clients if c in online]
@@ -194,7 +192,7 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy):
         self.client_domain.update({c: int(label) for c, label in zip(clients, labels)})
 
     # --- balanced pseudo-domains (§6.9) ----------------------------------------------------------
-    def _ask_teacher(self, grid: ClientGrid, statistic: str, labelling: Labelling | None = None
+    def _ask_teacher(self, online: list[int], statistic: str, labelling: Labelling | None = None
                      ) -> Steps[list[FedCGBalanceReply]]:
         """One `query.fedcg_balance` exchange with every online train client; the well-formed
         replies in client-id order (a reply with sums of the wrong length or not finite is logged
@@ -204,7 +202,7 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy):
         if labelling is not None:
             records[TEACHER_LABELLING] = labelling.record()
         content = RecordDict(records)
-        online = set(grid.get_node_ids())
+        online = set(online)
         messages = [Message(content, dst_node_id=c, message_type=QUERY_FEDCG_BALANCE)
                     for c in self.train_clients if c in online]
         answers = []
@@ -218,7 +216,7 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy):
             answers.append(answer)
         return answers
 
-    def update_labelling(self, grid: ClientGrid) -> Steps[None]:
+    def update_labelling(self, online: list[int]) -> Steps[None]:
         """Form the labelling of the current teacher once (round 1 and after every φ ← ϕ): the
         federated mean (and, for sinkhorn, sd) of its logits, then the Sinkhorn offsets. With no
         usable reply the labelling stays unset (plain argmax) and is asked for again next time."""
@@ -226,7 +224,7 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy):
         if not s.balanced or self.labelling_version == self.teacher_version:
             return
         self.labelling = None
-        moments = [a for a in (yield from self._ask_teacher(grid, "moments")) if a.num_examples > 0]
+        moments = [a for a in (yield from self._ask_teacher(online, "moments")) if a.num_examples > 0]
         if not moments:
             log.warning("fedcg: no client sent teacher logit sums; pseudo-domains stay unbalanced "
                         "until the next round asks again")
@@ -242,7 +240,7 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy):
             try:
                 labelling = next(steps)
                 while True:
-                    answers = [a for a in (yield from self._ask_teacher(grid, "marginals", labelling))
+                    answers = [a for a in (yield from self._ask_teacher(online, "marginals", labelling))
                                if a.num_examples]
                     if not answers:
                         log.warning("fedcg: no client sent soft marginals; Sinkhorn stopped early")
@@ -267,24 +265,24 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy):
 
     # --- messages ---------------------------------------------------------------------------------
     def before_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                     grid: ClientGrid) -> Steps[None]:
+                     online: list[int]) -> Steps[None]:
         """Exchanges due before training: K-means of the clients' models (once, clustering=kmeans)
         and the labelling of a new teacher (balancing queries)."""
-        self.bind(arrays, grid)
+        self.bind(arrays)
         if self.settings.clustering == "kmeans" and self.client_domain is None:
-            yield from self.cluster_clients(config, grid)
-        yield from self.update_labelling(grid)
+            yield from self.cluster_clients(config, online)
+        yield from self.update_labelling(online)
 
     def before_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                        grid: ClientGrid) -> Steps[None]:
+                        online: list[int]) -> Steps[None]:
         """The labelling of a new teacher (its test histograms are reported under it)."""
-        self.bind(arrays, grid)
-        yield from self.update_labelling(grid)
+        self.bind(arrays)
+        yield from self.update_labelling(online)
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                        grid: ClientGrid) -> Iterable[Message]:
+                        grid: Grid) -> Iterable[Message]:
         """`train.fedcg` to a sample of the train clients: `model`, `student`, `teacher`, `graph`."""
-        self.bind(arrays, grid)
+        self.bind(arrays)
         s = self.settings
         config["server-round"] = server_round
         online = set(grid.get_node_ids())
@@ -306,15 +304,15 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy):
                                     message_type=TRAIN_FEDCG))
         return messages
 
-    def aggregate_train(self, server_round: int, replies: Iterable[Message]
+    def aggregate_train(self, server_round: int, replies: Replies
                         ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """FedAvg of `model` and `student`; φ ← ϕ every T rounds; A ← eq. 6–7 after the warm-up."""
         s = self.settings
         clients, models, students, metrics = [], [], [], []
-        for reply in replies:
+        for client, reply in replies:
             if reply.has_error():
                 continue
-            clients.append(self.clients.client_id(reply))
+            clients.append(client)
             models.append(self.model_layout.row(reply.content[MODEL]))
             students.append(self.student_layout.row(reply.content[STUDENT]))
             metrics.append(FedCGTrainReply.read(reply.content[METRICS]))
@@ -357,9 +355,9 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy):
         return self.model, MetricRecord({"train-loss": train_loss})
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                           grid: ClientGrid) -> Iterable[Message]:
+                           grid: Grid) -> Iterable[Message]:
         """`evaluate.fedcg` to every test client: `model`, `student`, `teacher` (for the report), A."""
-        self.bind(arrays, grid)
+        self.bind(arrays)
         config["server-round"] = server_round
         records = {MODEL: self.model, STUDENT: self.student, GRAPH: self.graph_record(),
                    **self.teacher_records(), CONFIG: config}
@@ -367,7 +365,7 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy):
         return [Message(RecordDict(records), dst_node_id=c, message_type=EVALUATE_FEDCG)
                 for c in self.test_clients if c in online]
 
-    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+    def aggregate_evaluate(self, server_round: int, replies: Replies) -> MetricRecord | None:
         return self.evaluation_report(server_round, replies)
 
 

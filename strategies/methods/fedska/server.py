@@ -59,7 +59,7 @@ from strategies.methods.fedska.settings import (
 from strategies.shared.graph import fresh_graph, structure_share
 from strategies.shared.messages import CONFIG, GLOBAL, METRICS, MODEL, PERSONAL
 from strategies.shared.personalized import PersonalizedStrategy, weighted_mean
-from strategies.shared.phases import Phase, PhasedStrategy, Steps
+from strategies.shared.phases import CountsTraffic, Phase, PhasedStrategy, Steps
 from strategies.methods.fedska.structure_learning import (
     StructureModel,
     encoder_gradient_step,
@@ -68,7 +68,6 @@ from strategies.methods.fedska.structure_learning import (
 
 if TYPE_CHECKING:
     from datasets.partition import Partition
-    from server_app.clients import ClientGrid
     from strategies.methods.fedska.settings import FedSKASection
     from strategies.shared.run_config import RunConfig
 
@@ -78,7 +77,7 @@ GRAPH_HISTORY_MAX_CLIENTS = 256  # keep every round's S (learned-graphs.npy, per
 HEAD_PREFIX = "head."
 
 
-class FedSKA(PersonalizedStrategy, PhasedStrategy):
+class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
     """FedSKA's server half (spec §3). Client models are rows of V (their last trained model)."""
 
     train_message_type = TRAIN_FEDSKA
@@ -120,6 +119,7 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy):
         self._split_due: tuple[ArrayRecord, list[int]] | None = None  # for after_aggregate
         self._mark: tuple[int, int] = (0, 0)
         self._round_bytes: dict[str, dict[str, float]] = {}
+        self._online = num_clients  # reachable clients at the last after_aggregate
 
     @property
     def described(self) -> torch.Tensor:
@@ -177,7 +177,7 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy):
         trained = sorted(self._trained)
         self._trained = []
         started = time.perf_counter()
-        self._mark, self._round_bytes = (0, 0), {}  # the grid's counters restart every round
+        self._mark, self._round_bytes = (0, 0), {}  # the runner's counts restart every round
         self._close_phase("train", len(trained))
         index = torch.tensor(trained)
         arrays = self.layout.arrays(weighted_mean(self.personal[index], self.num_examples[index]))
@@ -194,8 +194,9 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy):
         self._split_due = (arrays, trained)
         return arrays
 
-    def after_aggregate(self, server_round: int, grid: ClientGrid) -> Steps[None]:
+    def after_aggregate(self, server_round: int, online: list[int]) -> Steps[None]:
         """Split learning of GNN_E on this round's global model and trained clients (§3 3–5)."""
+        self._online = len(online)  # the evaluate phase's clients, for its bytes per client
         if self._split_due is None:
             return
         arrays, trained = self._split_due
@@ -320,11 +321,10 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy):
 
     # --- traffic by phase -----------------------------------------------------------------------
     def _close_phase(self, phase: str, clients: int) -> None:
-        """Record the bytes (down, up) per addressed client that the grid counted since the last
-        phase ended: the grid counts every ArrayRecord sent and received, its counters restart
-        every round."""
-        down = sum(self.clients.bytes_down.values())
-        up = sum(self.clients.bytes_up.values())
+        """Record the bytes (down, up) per addressed client exchanged since the last phase ended:
+        `round_traffic` (set by the runner, `CountsTraffic`) counts every ArrayRecord sent and
+        received this round."""
+        down, up = self.round_traffic
         last_down, last_up = self._mark
         self._mark = (down, up)
         self._round_bytes[phase] = {"down": (down - last_down) / max(clients, 1),
@@ -345,7 +345,7 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy):
         label-sharing pairs (and a random kNN graph's), bytes per client by phase."""
         report, self._report = self._report, {}
         if self._round_bytes:
-            self._close_phase("evaluate", len(self.clients.get_node_ids()))
+            self._close_phase("evaluate", self._online)
             self.phase_bytes.append(self._round_bytes)
             report["fedska-bytes-per-client"] = self._round_bytes
             self._round_bytes = {}

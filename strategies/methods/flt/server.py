@@ -37,7 +37,6 @@ from models.autoencoder import (
     check_autoencoder_input,
     reconstruction_epochs,
 )
-from server_app.clients import ClientGrid
 from strategies.methods.flt.settings import (
     AUTOENCODER,
     CENTROIDS,
@@ -78,7 +77,7 @@ _PRETRAIN_STREAM = 13  # mixed into the seed of the server pretraining's batch o
 
 
 class FLT(PersonalizedStrategy, PhasedStrategy):
-    """FLT over a `ClientGrid`: FCR inside round 1's `configure_train`, then graph-weighted averaging
+    """FLT over the reachable clients: FCR inside round 1's `configure_train`, then graph-weighted averaging
     of per-client models after every round."""
 
     train_message_type = TRAIN_LOCAL
@@ -101,8 +100,8 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
         self._report: dict[str, Any] = {}
 
     # --- per-client models ----------------------------------------------------------------------
-    def bind(self, arrays: ArrayRecord, grid: ClientGrid) -> None:
-        super().bind(arrays, grid)
+    def bind(self, arrays: ArrayRecord) -> None:
+        super().bind(arrays)
         if self.models is None:
             self.models = NeighbourhoodModels(self.layout.row(arrays), self.num_clients)
 
@@ -131,14 +130,14 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
         return max(math.ceil(online * self.fraction_train - 1e-9), 1)
 
     def before_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                     grid: ClientGrid) -> Steps[None]:
+                     online: list[int]) -> Steps[None]:
         """Phases 0–2 before the first round (and until some client answered), then the placement
         of clients that were unreachable so far."""
-        self.bind(arrays, grid)
+        self.bind(arrays)
         if self.relatedness is None:
-            yield from self.form_relatedness(grid)
+            yield from self.form_relatedness(online)
         else:
-            yield from self.place_new_clients(grid)
+            yield from self.place_new_clients(online)
 
     def summary(self) -> None:
         s = self.settings
@@ -149,13 +148,13 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
                  s.clusters)
 
     # --- phases 0–2 -----------------------------------------------------------------------------
-    def form_relatedness(self, grid: ClientGrid) -> Steps[None]:
+    def form_relatedness(self, online: list[int]) -> Steps[None]:
         """Phases 0–2 (once): autoencoder, then FCR over every reachable client."""
         started = time.perf_counter()
         if self.encoder is None:
-            self.encoder = yield from self._train_autoencoder(grid)
+            self.encoder = yield from self._train_autoencoder(online)
         phase = time.perf_counter()
-        centroids = yield from self._query_centroids(grid.get_node_ids())
+        centroids = yield from self._query_centroids(online)
         self.fcr_seconds["embed-round-trip"] = time.perf_counter() - phase
         if not centroids:
             log.warning("FLT: no client answered %s; FCR is retried next round (clients train "
@@ -181,9 +180,9 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
             "autoencoder-loss": list(self.autoencoder_losses),
         }}
 
-    def place_new_clients(self, grid: ClientGrid) -> Steps[None]:
+    def place_new_clients(self, online: list[int]) -> Steps[None]:
         """Query and place reachable clients that have no row yet (late joiners, earlier failures)."""
-        waiting = [c for c in grid.get_node_ids() if c not in self.relatedness.centroids]
+        waiting = [c for c in online if c not in self.relatedness.centroids]
         if not waiting:
             return
         centroids = yield from self._query_centroids(waiting)
@@ -194,7 +193,7 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
             log.info("FLT: placed late clients %s", sorted(centroids))
             self._report = {"flt": {"placed-late": sorted(centroids)}}
 
-    def _train_autoencoder(self, grid: ClientGrid) -> Steps[ArrayRecord]:
+    def _train_autoencoder(self, online: list[int]) -> Steps[ArrayRecord]:
         """Phase 0 (optional server pretraining) and phase 1 (federated rounds); returns the encoder."""
         s = self.settings
         with torch.random.fork_rng():  # leave the global RNG (e.g. dropout of local training) as is
@@ -214,13 +213,13 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
         layout = ParameterLayout.of(arrays)
         started = time.perf_counter()
         for ae_round in range(1, s.ae_rounds + 1):
-            arrays = yield from self._autoencoder_round(grid, arrays, layout, ae_round)
+            arrays = yield from self._autoencoder_round(online, arrays, layout, ae_round)
         self.fcr_seconds["autoencoder-rounds"] = time.perf_counter() - started
         prefix = "encoder."
         return ArrayRecord({key[len(prefix):]: arrays[key] for key in arrays.keys()
                             if key.startswith(prefix)})
 
-    def _autoencoder_round(self, grid: ClientGrid, arrays: ArrayRecord, layout: ParameterLayout,
+    def _autoencoder_round(self, online: list[int], arrays: ArrayRecord, layout: ParameterLayout,
                            ae_round: int) -> Steps[ArrayRecord]:
         """`train.flt_ae` to every reachable client, n-weighted FedAvg of the replies (spec §3 Ph. 1)."""
         s = self.settings
@@ -230,7 +229,7 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
         ).config()
         content = RecordDict({AUTOENCODER: arrays, CONFIG: config})
         messages = [Message(content, dst_node_id=c, message_type=TRAIN_FLT_AE)
-                    for c in grid.get_node_ids()]
+                    for c in online]
         replies = yield Phase(TRAIN_FLT_AE, messages)
         if not replies:
             log.warning("FLT: no client answered autoencoder round %d; the autoencoder is unchanged",

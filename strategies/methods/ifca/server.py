@@ -25,8 +25,8 @@ from collections.abc import Iterable
 
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
+from flwr.serverapp import Grid
 
-from server_app.clients import ClientGrid
 from strategies.shared.clustered import UNASSIGNED, ClusteredStrategy, ModelInit, cluster_means
 from strategies.methods.ifca.settings import EVALUATE_IFCA, TRAIN_IFCA, cluster_model
 from strategies.shared.messages import CONFIG, EVALUATE, METRICS, MODEL, TrainReply
@@ -81,10 +81,10 @@ class IFCA(ClusteredStrategy):
         return None  # no global model
 
     def configure_evaluate(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: ClientGrid
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         """Clients with a cluster test its model (`evaluate`); others choose (`evaluate.ifca`)."""
-        self.bind(arrays, grid)
+        self.bind(arrays)
         config["server-round"] = server_round
         messages = []
         for client in grid.get_node_ids():

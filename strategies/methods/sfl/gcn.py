@@ -110,9 +110,7 @@ class GCNPropagation:
         torch's thread count of threads (the kernel releases the GIL)."""
         from concurrent.futures import ThreadPoolExecutor
 
-        from strategies.methods.sfl import (
-            spmm,  # lazy: numba is imported only for sparse propagations
-        )
+        import strategies.methods.sfl.spmm as spmm  # lazy: numba only for sparse propagations
 
         if rows.dtype != torch.float32 or rows.device.type != "cpu":
             raise ValueError(f"the sparse propagation takes float32 rows on the CPU, got {rows.dtype} "

@@ -26,7 +26,6 @@ import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
-from server_app.clients import ClientGrid
 from strategies.methods.sfl.settings import TRAIN_SFL, SFLTrain
 from strategies.methods.sfl.gcn import GCNPropagation
 from strategies.shared.graph import (
@@ -86,9 +85,9 @@ class SFL(PersonalizedStrategy):
         self._report: dict[str, Any] = {}
 
     # --- messages -----------------------------------------------------------------------------
-    def bind(self, arrays: ArrayRecord, grid: ClientGrid) -> None:
+    def bind(self, arrays: ArrayRecord) -> None:
         first = self.layout is None
-        super().bind(arrays, grid)  # V: every row = w0 (§3)
+        super().bind(arrays)  # V: every row = w0 (§3)
         if first:
             self.aggregated = self.personal.clone()  # U = V at the start
             self.global_row = self.personal[0].clone()  # w = w0
