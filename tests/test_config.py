@@ -15,6 +15,20 @@ def test_pyproject_defaults_validate_and_equal_the_model_defaults():
     assert RunConfig.from_flower(default_run_config()) == RunConfig()
 
 
+def test_pyproject_config_is_what_the_settings_models_generate():
+    """Every key of pyproject.toml's [tool.flwr.app.config] has the default (value and type) of its
+    settings model, and every setting has its key; a disagreement names the key."""
+    from strategies.shared.generate import config_defaults
+
+    written, expected = default_run_config(), config_defaults()
+    problems = [f"{key}: pyproject.toml has {written[key]!r}, the settings model {expected[key]!r}"
+                for key in expected.keys() & written.keys()
+                if written[key] != expected[key] or type(written[key]) is not type(expected[key])]
+    problems += [f"{key}: missing from pyproject.toml" for key in expected.keys() - written.keys()]
+    problems += [f"{key}: in pyproject.toml but no setting" for key in written.keys() - expected.keys()]
+    assert not problems, ("run `python -m strategies.shared.generate`; " + "; ".join(sorted(problems)))
+
+
 def test_sections_and_types():
     cfg = RunConfig.from_flower({**default_run_config(), "fedprox.mu": 0.5, "ditto.lambda": 1,
                                  "data-root": ""})

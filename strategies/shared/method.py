@@ -31,7 +31,9 @@ class Method:
     the generic `train` / `evaluate` handlers serve every method. `limits`: fields of the section that
     count clients, each with what it counts: `"clients"` (at most num-clients, e.g. clusters) or
     `"other-clients"` (at most num-clients − 1, e.g. a client's neighbours). `robust`: its global part may use
-    `aggregation` = median / trimmed-mean.
+    `aggregation` = median / trimmed-mean. `summary`: one line for the methods table
+    (`docs/methods.md`); `client_step`: the client module its clients run when it declares no handler
+    of its own (e.g. the generic `train`).
     """
 
     name: str
@@ -41,3 +43,5 @@ class Method:
     client: Mapping[str, ClientHandler] = field(default_factory=dict)
     limits: Mapping[str, Literal["clients", "other-clients"]] = field(default_factory=dict)
     robust: bool = False
+    summary: str = ""
+    client_step: str | None = None

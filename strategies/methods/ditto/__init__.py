@@ -20,4 +20,5 @@ def build(cfg: RunConfig) -> Strategy:
 
 
 METHODS = (Method("ditto", build, "ditto", DittoSection, {"train.ditto": "client_app.methods.ditto:train"},
-                  robust=True),)
+                  robust=True,
+           summary="global model + personal models pulled toward it"),)

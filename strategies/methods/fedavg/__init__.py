@@ -18,4 +18,6 @@ def build(cfg: RunConfig) -> Strategy:
     return build_fedavg(cfg.fraction_train, cfg.aggregation, cfg.trim_fraction)
 
 
-METHODS = (Method("fedavg", build, robust=True),)
+METHODS = (Method("fedavg", build, robust=True,
+           summary="global model (Flower's `FedAvg`)",
+           client_step="client_app/methods/fedavg.py"),)

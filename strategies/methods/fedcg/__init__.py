@@ -22,4 +22,5 @@ def build(cfg: RunConfig) -> Strategy:
 
 METHODS = (Method("fedcg", build, "fedcg", FedCGSection, {
     "train.fedcg": "client_app.methods.fedcg:train", "evaluate.fedcg": "client_app.methods.fedcg:evaluate",
-    "query.fedcg_balance": "client_app.methods.fedcg:balance_statistics"}),)
+    "query.fedcg_balance": "client_app.methods.fedcg:balance_statistics"},
+           summary="FedCG: teacher/student domain clustering + GCN-connected domain-specific residual branches"),)

@@ -18,4 +18,6 @@ def build(cfg: RunConfig) -> Strategy:
     return FedPer(cfg.num_clients, cfg.fraction_train)
 
 
-METHODS = (Method("fedper", build, robust=True),)
+METHODS = (Method("fedper", build, robust=True,
+           summary="FedPer: shared feature extractor (`features.*`), personal head (`head.*`)",
+           client_step="client_app/methods/local.py"),)

@@ -19,4 +19,6 @@ def build(cfg: RunConfig) -> Strategy:
     return build_fedprox(cfg.fraction_train, cfg.fedprox.mu, cfg.aggregation, cfg.trim_fraction)
 
 
-METHODS = (Method("fedprox", build, "fedprox", FedProxSection, robust=True),)
+METHODS = (Method("fedprox", build, "fedprox", FedProxSection, robust=True,
+           summary="global model (Flower's `FedProx`)",
+           client_step="client_app/methods/fedavg.py"),)

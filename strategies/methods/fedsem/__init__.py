@@ -19,4 +19,6 @@ def build(cfg: RunConfig) -> Strategy:
     return FedSEM(cfg.num_clients, cfg.fraction_train, cfg.fedsem.clusters, cfg.seed)
 
 
-METHODS = (Method("fedsem", build, "fedsem", FedSEMSection, limits={"clusters": "clients"}),)
+METHODS = (Method("fedsem", build, "fedsem", FedSEMSection, limits={"clusters": "clients"},
+           summary="FedSEM (FeSEM): K-means of the client models into C centre models, every round",
+           client_step="client_app/methods/local.py"),)

@@ -19,4 +19,6 @@ def build(cfg: RunConfig) -> Strategy:
     return build_fedu(cfg)
 
 
-METHODS = (Method("fedu", build, "fedu", FedUSection),)
+METHODS = (Method("fedu", build, "fedu", FedUSection,
+           summary="FedU: local models + a Laplacian-regularisation step over a given client graph",
+           client_step="client_app/methods/local.py"),)

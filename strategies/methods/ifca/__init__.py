@@ -23,4 +23,5 @@ def build(cfg: RunConfig) -> Strategy:
 
 METHODS = (Method("ifca", build, "ifca", IFCASection, {"train.ifca": "client_app.methods.ifca:train",
                                                         "evaluate.ifca": "client_app.methods.ifca:evaluate"},
-                  limits={"clusters": "clients"}),)
+                  limits={"clusters": "clients"},
+           summary="IFCA: C cluster models; each client trains the one with the lowest loss on its data"),)

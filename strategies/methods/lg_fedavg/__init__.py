@@ -18,4 +18,6 @@ def build(cfg: RunConfig) -> Strategy:
     return LGFedAvg(cfg.num_clients, cfg.fraction_train)
 
 
-METHODS = (Method("lg-fedavg", build, robust=True),)
+METHODS = (Method("lg-fedavg", build, robust=True,
+           summary="LG-FedAvg: personal feature extractor, shared head",
+           client_step="client_app/methods/local.py"),)

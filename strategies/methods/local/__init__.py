@@ -18,4 +18,5 @@ def build(cfg: RunConfig) -> Strategy:
     return Local(cfg.num_clients, cfg.fraction_train)
 
 
-METHODS = (Method("local", build, client={"train.local": "client_app.methods.local:train"}),)
+METHODS = (Method("local", build, client={"train.local": "client_app.methods.local:train"},
+           summary='one model per client, no sharing ("Separate")'),)
