@@ -46,7 +46,7 @@ from models import build_model
 from strategies.shared.run_config import RunConfig
 from server_app.harness.local_grid import LocalGrid
 from strategies.shared.run_config import default_run_config
-from strategies.methods.fedcg.server import FedCG
+from strategies.methods.fedcg.server import fedcg_for
 from strategies.shared.phases import answer
 from strategies.shared.messages import CONFIG, GLOBAL, TRAIN, TrainInstructions, with_client
 
@@ -81,7 +81,7 @@ def round_one(overrides: dict[str, Any]) -> tuple[RunConfig, dict[str, Message],
         """The strategy's balancing queries answered by this client's real handler."""
         return client_app(_deliver(message.content, message.metadata.message_type), context)
 
-    strategy = FedCG(cfg)
+    strategy = fedcg_for(cfg)
     strategy.bind(arrays)
     start = time.perf_counter()
     answer(strategy.update_labelling([0]), respond)

@@ -19,7 +19,7 @@ from strategies.shared.settings import ConfigError
 from strategies.shared.run_config import RunConfig
 from server_app.harness.simulate import simulate
 from strategies.shared.run_config import default_run_config
-from strategies.methods.fedcg.server import FedCG
+from strategies.methods.fedcg.server import fedcg_for
 from strategies.shared.graph import inverse_distance_adjacency, random_adjacency, uniform_adjacency
 from server_app.clients import TrainClients
 from strategies.methods.fedcg.report import nmi_from_counts
@@ -257,7 +257,7 @@ def _perturbed(record: ArrayRecord, seed: int) -> ArrayRecord:
 def test_teacher_changes_exactly_at_multiples_of_t_and_adjacency_after_warmup():
     cfg = RunConfig.from_flower({**default_run_config(), "method": "fedcg", "model": "cnn", "dataset": "digits",
                                  "fedcg.teacher-period": 3, "fedcg.adj-warmup": 2, "fedcg.bottleneck": 4})
-    strategy = FedCG(cfg)
+    strategy = fedcg_for(cfg)
     torch.manual_seed(0)
     strategy.bind(ArrayRecord(build_model("cnn", (1, 28, 28), 10).state_dict()))
     changed, identity = [], []
@@ -297,7 +297,7 @@ def test_nmi_is_per_image_on_clients_that_hold_two_domains():
                          test_fraction=0.0)
     truth = make_partition(labels, spec)
     cfg = RunConfig.from_flower({**default_run_config(), "method": "fedcg", "model": "cnn", "fedcg.domains": 2})
-    strategy = FedCG(cfg, truth)
+    strategy = fedcg_for(cfg, truth)
     per_image = []
     for c in range(2):  # discovered domain = true domain (labels 1 ↔ 0 swapped: NMI ignores names)
         true = truth.train_domains[c]

@@ -22,7 +22,7 @@ from strategies.shared.run_config import default_run_config
 from strategies.methods.fedcg.domain_balance import (
     Labelling, logit_moments, sinkhorn_labelling, soft_marginals, standardisation,
 )
-from strategies.methods.fedcg.server import FedCG
+from strategies.methods.fedcg.server import FedCG, fedcg_for
 from strategies.shared.phases import run_phases
 from strategies.shared.graph import inverse_distance_adjacency
 from strategies.methods.fedcg.settings import (
@@ -182,7 +182,7 @@ def _balanced_strategy(logits: list[torch.Tensor], **settings) -> tuple[FedCG, _
     cfg = RunConfig.from_flower({**default_run_config(), "method": "fedcg", "model": "cnn", "dataset": "digits",
                                  "num-clients": len(logits), "fedcg.bottleneck": 4,
                                  **{f"fedcg.{k}": v for k, v in settings.items()}})
-    strategy = FedCG(cfg)
+    strategy = fedcg_for(cfg)
     grid = _FakeClients(logits)
     torch.manual_seed(0)
     strategy.bind(ArrayRecord(build_model("cnn", (1, 28, 28), 10).state_dict()))

@@ -112,7 +112,7 @@ def test_fedcg_labelling_step_balances_a_collapsed_teacher_from_made_up_client_s
     )
     from strategies.shared.run_config import RunConfig, default_run_config
     from strategies.methods.fedcg.domain_balance import Labelling, logit_moments, soft_marginals
-    from strategies.methods.fedcg.server import FedCG
+    from strategies.methods.fedcg.server import fedcg_for
     from strategies.shared.messages import CONFIG
 
     d = 4
@@ -120,7 +120,7 @@ def test_fedcg_labelling_step_balances_a_collapsed_teacher_from_made_up_client_s
     logits = [torch.randn(n, d, generator=g) * 0.3 + torch.tensor([6.0, 0, 0, 0]) for n in (80, 60, 70)]
     cfg = RunConfig.from_flower({**default_run_config(), "method": "fedcg", "model": "cnn",
                                  "dataset": "digits", "num-clients": 3, "fedcg.bottleneck": 4})
-    fedcg = FedCG(cfg)
+    fedcg = fedcg_for(cfg)
     arrays = ArrayRecord(build_model("cnn", (1, 28, 28), 10).state_dict())
 
     def respond(client: int, message: Message) -> Message:

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -81,6 +81,7 @@ from strategies.shared.phases import ClientKeyed, Phase, PhasedStrategy, Replies
 from strategies.methods.fedcg.report import FedCGReporting, largest_share, nmi_from_counts
 
 if TYPE_CHECKING:
+    from strategies.methods.fedcg.settings import FedCGSection
     from strategies.shared.run_config import RunConfig
 
 log = logging.getLogger("flwr.bouquet")
@@ -93,12 +94,16 @@ BRANCH_SEED_OFFSET = 7919  # branch rows, W, λ and the domain classifiers: a st
 class FedCG(Strategy, FedCGReporting, PhasedStrategy, ClientKeyed):
     """FedCG server (see the module docstring)."""
 
-    def __init__(self, cfg: RunConfig, truth: Partition | None = None) -> None:
-        self.cfg = cfg
-        self.settings = cfg.fedcg
+    def __init__(self, settings: FedCGSection, *, num_clients: int, fraction_train: float,
+                 dataset: str, model: str, seed: int, held_out: Sequence[int] | None = None,
+                 truth: Partition | None = None) -> None:
+        """`settings`: FedCG's section; the common settings it uses by name; `held_out`: whole test
+        clients (None: every client trains and is tested)."""
+        self.settings = settings
+        self.fraction_train, self.dataset, self.model_name, self.seed = (fraction_train, dataset,
+                                                                          model, seed)
         self.truth = truth
-        held_out = heldout_test_clients(cfg.data_spec.partition)
-        everyone = list(range(cfg.num_clients))
+        everyone = list(range(num_clients))
         self.test_clients = everyone if held_out is None else [int(c) for c in held_out]
         self.train_clients = everyone if held_out is None else [c for c in everyone
                                                                 if c not in set(self.test_clients)]
@@ -122,12 +127,12 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy, ClientKeyed):
     def bind(self, arrays: ArrayRecord) -> None:
         if self.model is not None:
             return
-        cfg, s = self.cfg, self.settings
-        input_shape, num_classes = SOURCE_INFO[cfg.dataset]
+        s = self.settings
+        input_shape, num_classes = SOURCE_INFO[self.dataset]
         self.initial_backbone = arrays
         with torch.random.fork_rng(devices=[]):  # θ_a = the run's initial backbone; the rest seeded
-            torch.manual_seed(cfg.seed + BRANCH_SEED_OFFSET)
-            backbone = build_model(cfg.model, input_shape, num_classes)
+            torch.manual_seed(self.seed + BRANCH_SEED_OFFSET)
+            backbone = build_model(self.model_name, input_shape, num_classes)
             backbone.load_state_dict(arrays.to_torch_state_dict())
             model = FedCGModel(backbone, s.spec)  # V rows (layer init), W (Glorot), λ = lambda-init
             teacher = DomainClassifier(input_shape, s.domains, s.domain_stride, s.classifier_pool)
@@ -141,7 +146,7 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy, ClientKeyed):
         if s.adjacency == "uniform":
             self.adjacency = uniform_adjacency(s.domains, s.beta)
         elif s.adjacency == "random":
-            self.adjacency = random_adjacency(s.domains, s.beta, cfg.seed)
+            self.adjacency = random_adjacency(s.domains, s.beta, self.seed)
         self.adjacencies = [self.adjacency.numpy().copy()]
 
     def graph_record(self) -> ArrayRecord:
@@ -187,7 +192,7 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy, ClientKeyed):
         if len(points) > 1:
             points = PCA(n_components=0.95, svd_solver="full").fit_transform(points)
         k = min(self.settings.domains, len(points))
-        labels = KMeans(k, n_init=10, random_state=self.cfg.seed).fit_predict(
+        labels = KMeans(k, n_init=10, random_state=self.seed).fit_predict(
             points, sample_weight=np.asarray(weights, dtype=np.float64))
         self.client_domain.update({c: int(label) for c, label in zip(clients, labels)})
 
@@ -289,7 +294,7 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy, ClientKeyed):
         candidates = [c for c in self.train_clients if c in online]
         if not candidates:
             return []
-        size = max(int(len(self.train_clients) * self.cfg.fraction_train), 1)
+        size = max(int(len(self.train_clients) * self.fraction_train), 1)
         sampled = sorted(random.sample(candidates, min(size, len(candidates))))
         train = FedCGTrain.extending(config, domain_lr=s.domain_lr,
                                      true_domains=s.clustering == "oracle")
@@ -377,4 +382,11 @@ def build_fedcg(cfg: RunConfig) -> FedCG:
     truth = ground_truth(cfg)
     if truth is None:
         log.info("fedcg: no ground truth for reporting (the data set is not available here)")
-    return FedCG(cfg, truth)
+    return fedcg_for(cfg, truth)
+
+
+def fedcg_for(cfg: RunConfig, truth: Partition | None = None) -> FedCG:
+    """FedCG on the run config's `fedcg` section and the common settings it uses."""
+    return FedCG(cfg.fedcg, num_clients=cfg.num_clients, fraction_train=cfg.fraction_train,
+                 dataset=cfg.dataset, model=cfg.model, seed=cfg.seed,
+                 held_out=heldout_test_clients(cfg.data_spec.partition), truth=truth)
