@@ -13,6 +13,7 @@ from strategies.shared.provenance import code_fingerprint
 from strategies.shared.run_config import default_run_config
 from server_app.clients import ClientGrid, CodeMismatchError
 from strategies.methods.ditto.server import Ditto
+from strategies.methods.ditto.settings import DittoSection
 from strategies.methods.local.server import Local
 from strategies.shared.messages import CLIENT, CONFIG, METRICS, MODEL, PERSONAL
 from strategies.shared.params import ParameterLayout
@@ -116,7 +117,7 @@ def test_local_keeps_stale_rows_for_clients_that_did_not_reply():
 
 def test_ditto_global_is_the_example_weighted_mean_of_the_model_updates():
     arrays, layout = _layout_and_rows()
-    strategy = Ditto(num_clients=2, fraction_train=1.0, lam=0.1, personal_epochs=1)
+    strategy = Ditto(num_clients=2, fraction_train=1.0, settings=DittoSection(lambda_=0.1, personal_epochs=1))
     strategy.layout, strategy.personal = layout, layout.matrix(arrays, 2)
     a, b = torch.zeros(layout.size), torch.ones(layout.size)
     for client, row, n in ((0, a, 30), (1, b, 10)):
@@ -132,7 +133,7 @@ def test_ditto_global_is_the_example_weighted_mean_of_the_model_updates():
 
 def test_ditto_sends_lambda_and_personal_epochs():
     arrays, layout = _layout_and_rows()
-    strategy = Ditto(num_clients=2, fraction_train=1.0, lam=0.3, personal_epochs=2)
+    strategy = Ditto(num_clients=2, fraction_train=1.0, settings=DittoSection(lambda_=0.3, personal_epochs=2))
     strategy.layout, strategy.personal = layout, layout.matrix(arrays, 2)
     content = strategy.train_content(0, arrays, train_config())
     assert content[CONFIG]["ditto-lambda"] == 0.3

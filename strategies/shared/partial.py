@@ -51,8 +51,9 @@ class PartialSharing(PersonalizedStrategy):
     train_message_type = TRAIN_LOCAL
     shared_part: str
 
-    def __init__(self, num_clients: int, fraction_train: float) -> None:
-        super().__init__(num_clients, fraction_train)
+    def __init__(self, num_clients: int, fraction_train: float, aggregation: str = "mean",
+                 trim_fraction: float = 0.2) -> None:
+        super().__init__(num_clients, fraction_train, aggregation, trim_fraction)
         self.mask: torch.Tensor | None = None  # [P] True where shared
         self.shared: torch.Tensor | None = None  # g [P] (only the masked columns are used)
         self._trained: list[tuple[int, float]] = []

@@ -59,14 +59,18 @@ class PersonalizedStrategy(Strategy, MethodReporter, ClientKeyed):
 
     train_message_type: str
 
-    def __init__(self, num_clients: int, fraction_train: float) -> None:
+    def __init__(self, num_clients: int, fraction_train: float, aggregation: str = "mean",
+                 trim_fraction: float = 0.2) -> None:
+        """`aggregation` / `trim_fraction`: the rule of the global part (`robust_mean`)."""
+        if aggregation not in AGGREGATIONS:
+            raise ValueError(f"unknown aggregation {aggregation!r}; allowed: {', '.join(AGGREGATIONS)}")
         self.num_clients = num_clients
         self.fraction_train = fraction_train
         self.layout: ParameterLayout | None = None
         self.personal: torch.Tensor | None = None  # V [num_clients, P]
         self.num_examples = torch.zeros(num_clients)
-        self.aggregation = "mean"  # rule of the global part (`robust_mean`); set by the registry
-        self.trim_fraction = 0.2
+        self.aggregation = aggregation
+        self.trim_fraction = trim_fraction
         self.last_trained = torch.full((num_clients,), -1, dtype=torch.long)  # round; -1 = never
 
     def freshness(self, server_round: int, decay: float = 1.0) -> torch.Tensor:
@@ -120,7 +124,6 @@ class PersonalizedStrategy(Strategy, MethodReporter, ClientKeyed):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         self.bind(arrays)
-        config["server-round"] = server_round
         sampled, _ = sample_nodes(grid, 1, self.sample_size(len(grid.get_node_ids())))
         return [
             Message(self.train_content(c, arrays, config), dst_node_id=c,
@@ -151,7 +154,6 @@ class PersonalizedStrategy(Strategy, MethodReporter, ClientKeyed):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         self.bind(arrays)
-        config["server-round"] = server_round
         return [
             Message(self.evaluate_content(c, arrays, config), dst_node_id=c, message_type=EVALUATE)
             for c in grid.get_node_ids()

@@ -35,10 +35,8 @@ class Settings(BaseModel):
 
 class MethodSettings(Settings):
     """A method's `<section>.*` run-config keys. `check(cfg)` holds rules that involve the common
-    settings (called only when the method runs); `below_clients` names per-client counts that must
-    not exceed num-clients (or num-clients − 1), capped when left at their default."""
-
-    below_clients: ClassVar[tuple[str, ...]] = ()
+    settings (called only when the method runs); counts bounded by num-clients are declared as the
+    method's `limits` (`strategies.shared.method.Method`)."""
 
     def check(self, cfg: Any) -> None:
         """Raise ValueError (one actionable line) when these settings do not fit `cfg`."""

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 def build(cfg: RunConfig) -> Strategy:
     from strategies.methods.ditto.server import Ditto
-    return Ditto(cfg.num_clients, cfg.fraction_train, cfg.ditto.lambda_, cfg.ditto.personal_epochs)
+    return Ditto(cfg.num_clients, cfg.fraction_train, cfg.ditto, cfg.aggregation, cfg.trim_fraction)
 
 
 METHODS = (Method("ditto", build, "ditto", DittoSection, {"train.ditto": "client_app.methods.ditto:train"},

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
-from strategies.methods.ditto.settings import TRAIN_DITTO, DittoTrain
+from strategies.methods.ditto.settings import TRAIN_DITTO, DittoSection, DittoTrain
 from strategies.shared.messages import CONFIG, GLOBAL, METRICS, MODEL, PERSONAL
 from strategies.shared.personalized import PersonalizedStrategy
 
@@ -18,10 +18,11 @@ from strategies.shared.personalized import PersonalizedStrategy
 class Ditto(PersonalizedStrategy):
     train_message_type = TRAIN_DITTO
 
-    def __init__(self, num_clients: int, fraction_train: float, lam: float, personal_epochs: int):
-        super().__init__(num_clients, fraction_train)
-        self.lam = lam
-        self.personal_epochs = personal_epochs
+    def __init__(self, num_clients: int, fraction_train: float, settings: DittoSection,
+                 aggregation: str = "mean", trim_fraction: float = 0.2) -> None:
+        super().__init__(num_clients, fraction_train, aggregation, trim_fraction)
+        self.lam = settings.lambda_
+        self.personal_epochs = settings.personal_epochs
         self._updates: list[tuple[torch.Tensor, float]] = []
 
     def train_content(self, client: int, arrays: ArrayRecord, config: ConfigRecord) -> RecordDict:

@@ -289,7 +289,6 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy, ClientKeyed):
         """`train.fedcg` to a sample of the train clients: `model`, `student`, `teacher`, `graph`."""
         self.bind(arrays)
         s = self.settings
-        config["server-round"] = server_round
         online = set(grid.get_node_ids())
         candidates = [c for c in self.train_clients if c in online]
         if not candidates:
@@ -363,7 +362,6 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy, ClientKeyed):
                            grid: Grid) -> Iterable[Message]:
         """`evaluate.fedcg` to every test client: `model`, `student`, `teacher` (for the report), A."""
         self.bind(arrays)
-        config["server-round"] = server_round
         records = {MODEL: self.model, STUDENT: self.student, GRAPH: self.graph_record(),
                    **self.teacher_records(), CONFIG: config}
         online = set(grid.get_node_ids())

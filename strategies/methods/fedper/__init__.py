@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 def build(cfg: RunConfig) -> Strategy:
     from strategies.methods.fedper.server import FedPer
-    return FedPer(cfg.num_clients, cfg.fraction_train)
+    return FedPer(cfg.num_clients, cfg.fraction_train, cfg.aggregation, cfg.trim_fraction)
 
 
 METHODS = (Method("fedper", build, robust=True,

@@ -85,7 +85,6 @@ class IFCA(ClusteredStrategy):
     ) -> Iterable[Message]:
         """Clients with a cluster test its model (`evaluate`); others choose (`evaluate.ifca`)."""
         self.bind(arrays)
-        config["server-round"] = server_round
         messages = []
         for client in grid.get_node_ids():
             if self.assignment[client] == UNASSIGNED:

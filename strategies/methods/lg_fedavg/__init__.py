@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 def build(cfg: RunConfig) -> Strategy:
     from strategies.methods.lg_fedavg.server import LGFedAvg
-    return LGFedAvg(cfg.num_clients, cfg.fraction_train)
+    return LGFedAvg(cfg.num_clients, cfg.fraction_train, cfg.aggregation, cfg.trim_fraction)
 
 
 METHODS = (Method("lg-fedavg", build, robust=True,
