@@ -80,11 +80,9 @@ def test_weighted_mean_is_the_fedavg_rule():
 
 
 def _reply(records):
-    from flwr.supercore.task_identity import TaskIdentity
+    from server_app.harness.local_grid import set_task_identity
 
-    for name in ("run_id", "node_id", "task_id"):
-        if getattr(TaskIdentity, f"_{name}") is None:
-            setattr(TaskIdentity, name, 1)
+    set_task_identity()
     msg = Message(RecordDict(records), dst_node_id=1, message_type="train")
     msg.metadata.__dict__["_message_id"] = "m"
     return Message(RecordDict(records), reply_to=msg)

@@ -20,7 +20,7 @@ from strategies.shared.run_config import RunConfig
 from server_app.harness.simulate import simulate
 from strategies.shared.run_config import default_run_config
 from strategies.methods.fedcg.server import fedcg_for
-from strategies.shared.graph import inverse_distance_adjacency, random_adjacency, uniform_adjacency
+from strategies.methods.fedcg.domain_graph import inverse_distance_adjacency, random_adjacency, uniform_adjacency
 from server_app.clients import TrainClients
 from strategies.methods.fedcg.report import nmi_from_counts
 from strategies.methods.fedcg.settings import STUDENT, FedCGTrainReply

@@ -24,7 +24,7 @@ from strategies.methods.fedcg.domain_balance import (
 )
 from strategies.methods.fedcg.server import FedCG, fedcg_for
 from strategies.shared.phases import run_phases
-from strategies.shared.graph import inverse_distance_adjacency
+from strategies.methods.fedcg.domain_graph import inverse_distance_adjacency
 from strategies.methods.fedcg.settings import (
     QUERY_FEDCG_BALANCE, STUDENT, TEACHER, TEACHER_LABELLING, FedCGBalanceReply,
     FedCGBalanceRequest, FedCGTrainReply

@@ -33,11 +33,9 @@ from strategies.shared.params import ParameterLayout
 
 def _replies(strategy, records_by_client):
     """(client id, train reply) pairs (replies as Flower builds them), as the runner hands them."""
-    from flwr.supercore.task_identity import TaskIdentity
+    from server_app.harness.local_grid import set_task_identity
 
-    for name in ("run_id", "node_id", "task_id"):
-        if getattr(TaskIdentity, f"_{name}") is None:
-            setattr(TaskIdentity, name, 1)
+    set_task_identity()
     replies = []
     for client, records in records_by_client.items():
         sent = Message(RecordDict(records), dst_node_id=1, message_type="train")

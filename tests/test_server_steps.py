@@ -4,7 +4,6 @@ aggregation as a function of V, FLT's relatedness driven with made-up client rep
 import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
-from flwr.supercore.task_identity import TaskIdentity
 
 from strategies.methods.flt.settings import (
     AUTOENCODER, CENTROIDS, CENTROIDS_MU, QUERY_FLT_EMBED, TRAIN_FLT_AE, AutoencoderReply,
@@ -16,10 +15,9 @@ from strategies.shared.graph import row_normalize
 from strategies.shared.messages import METRICS
 from strategies.shared.phases import answer
 from strategies.methods.sfl.server import sfl_step
+from server_app.harness.local_grid import set_task_identity
 
-for _name in ("run_id", "node_id", "task_id"):
-    if getattr(TaskIdentity, f"_{_name}") is None:
-        setattr(TaskIdentity, _name, 1)
+set_task_identity()
 
 
 def Online(n: int) -> list[int]:

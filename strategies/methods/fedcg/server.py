@@ -66,7 +66,7 @@ from strategies.methods.fedcg.settings import (
     FedCGTrainReply,
 )
 from strategies.methods.fedcg.domain_balance import Labelling, sinkhorn_steps, standardisation
-from strategies.shared.graph import inverse_distance_adjacency, random_adjacency, uniform_adjacency
+from strategies.methods.fedcg.domain_graph import inverse_distance_adjacency, random_adjacency, uniform_adjacency
 from strategies.shared.messages import (
     CONFIG,
     METRICS,
