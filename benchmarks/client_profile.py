@@ -46,8 +46,8 @@ for name in ("run_id", "node_id", "task_id"):
     setattr(TaskIdentity, name, 1)
 from client_app.runtime import client_runtime
 from models import build_model
-from strategies.messages import CLIENT, CONFIG, GLOBAL, ClientAddress, TrainInstructions
-from strategies.contracts.run import default_run_config
+from strategies.shared.messages import CLIENT, CONFIG, GLOBAL, ClientAddress, TrainInstructions
+from strategies.shared.run_config import default_run_config
 job = json.loads(sys.argv[1])
 run_config = {**default_run_config(), **job}
 context = Context(run_id=1, node_id=7, node_config={"partition-id": 0, "num-partitions": 1},

@@ -11,7 +11,7 @@ from flwr.app import ArrayRecord, Message, RecordDict
 from torch.nn import functional as F
 
 from client_app.app import app as client_app
-from client_app.fedska import (
+from client_app.methods.fedska import (
     StructurePull,
     slot_permutation,
     slot_samples,
@@ -30,8 +30,8 @@ from models.gnn import (
 from server_app.app import run
 from server_app.harness.local_grid import FIRST_NODE_ID, LocalGrid
 from server_app.harness.simulate import simulate
-from strategies.contracts.base import ConfigError
-from strategies.contracts.fedska import (
+from strategies.shared.settings import ConfigError
+from strategies.methods.fedska.settings import (
     EMBED_MODEL,
     GRAPH_TARGET,
     TRAIN_FEDSKA,
@@ -47,11 +47,11 @@ from strategies.contracts.fedska import (
     SLOT_P,
     SlotInstructions,
 )
-from strategies.contracts.run import RunConfig, default_run_config
-from strategies.graph import share_on_edges, structure_share
-from strategies.messages import CLIENT, CONFIG, GLOBAL, METRICS, ClientAddress
-from strategies.registry import build_strategy
-from strategies.structure_learning import StructureModel, encoder_gradient_step
+from strategies.shared.run_config import RunConfig, default_run_config
+from strategies.shared.graph import share_on_edges, structure_share
+from strategies.shared.messages import CLIENT, CONFIG, GLOBAL, METRICS, ClientAddress
+from strategies.shared.registry import build_strategy
+from strategies.methods.fedska.structure_learning import StructureModel, encoder_gradient_step
 
 
 # --- the structure learner (§2 Generator, Sparsify, Symmetrize) ------------------------------------
@@ -342,7 +342,7 @@ def test_given_graph_mode_uses_the_normalised_label_sharing_graph(tiny_run):
                                  "partition": "shards", "num-clients": 6,
                                  "fedska.graph": "label-sharing"})
     strategy = build_strategy(cfg)
-    from strategies.priors import ground_truth
+    from strategies.shared.priors import ground_truth
 
     a0 = torch.as_tensor(ground_truth(cfg).label_graph)
     torch.testing.assert_close(strategy.prior_hat, symmetric_normalize(a0))
@@ -380,7 +380,7 @@ def test_graph_start_sends_each_trained_client_its_row_of_the_graph_over_trained
     strategy = build_strategy(cfg)
     model = build_model(cfg.model, (1, 28, 28) if cfg.dataset == "mnist" else (1, 8, 8), 10)
     arrays = ArrayRecord(model.state_dict())
-    from strategies.params import ParameterLayout
+    from strategies.shared.params import ParameterLayout
 
     strategy.layout = ParameterLayout.of(arrays)
     strategy.personal = torch.randn(4, strategy.layout.size)
@@ -461,7 +461,7 @@ def test_fused_split_learning_makes_the_separate_schedules_encoder_updates(tiny_
     """E_g = 2: two `query.ska_grad` phases (separate) and one phase plus the gradient carried by
     the next train reply (fused) give GNN_E the same parameters, the same H^g and the same losses
     (the clients answer through the ClientApp in both)."""
-    from strategies.phases import answer
+    from strategies.shared.phases import answer
 
     context, cfg = _context(tiny_run)
     model, num_slots = _global(cfg), 40
@@ -492,12 +492,11 @@ def test_fused_split_learning_makes_the_separate_schedules_encoder_updates(tiny_
     fused_report = {}
 
     def run_after_aggregate():
-        answer(fused.after_aggregate(1, None), respond)
+        answer(fused.after_aggregate(1, [0, 1, 2]), respond)
 
     fused._report = fused_report
     fused._report["fedska-server-seconds"] = 0.0
-    from types import SimpleNamespace
-    fused.bind(arrays, SimpleNamespace(bytes_down={}, bytes_up={}))  # the grid's traffic counters
+    fused.bind(arrays)
     run_after_aggregate()
     assert fused._pending is not None and fused._pending[1] == {0, 1, 2}
     assert len(fused_report["fedska-split-loss"]) == 1  # one phase now, the last query later
