@@ -35,7 +35,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
 RESULTS = REPO / "benchmarks" / "results"
-MARKER = re.compile(r"<!-- gen:(\w+)((?: [^ ]+)*) -->\n.*?<!-- /gen -->", re.S)
+MARKER = re.compile(r"<!-- gen:(\w+)((?: (?!-->)[^ \n]+)*) -->\n.*?<!-- /gen -->", re.S)
 
 # results file-name prefix -> (benchmark module, the JSON keys its `markdown(meta, ...)` takes)
 RENDERERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
@@ -119,21 +119,38 @@ def regenerate(out: Path, root: Path = RESULTS, plots: bool = True) -> int:
     return count
 
 
-def comparison_table(name: str, link_prefix: str = "") -> str:
-    """A committed comparison's table (`benchmarks/results/<name>.json`), under a line with its
-    setting and a link to its page."""
-    compare = importlib.import_module("benchmarks.compare")
+def first_table(markdown: str) -> str:
+    """The first Markdown table of a page."""
+    lines, table = markdown.splitlines(), []
+    for line in lines:
+        if line.startswith("|"):
+            table.append(line)
+        elif table:
+            break
+    return "\n".join(table)
+
+
+def results_table(name: str, link_prefix: str = "") -> str:
+    """The table of the committed results `benchmarks/results/<name>.json` under a line linking its
+    page: a comparison's per-method table (with its setting), else the first table its benchmark
+    renders from the JSON."""
     path = RESULTS / f"{name}.json"
     if not path.exists():
         raise FileNotFoundError(f"docs: results '{name}' not found: no {path.relative_to(REPO)}")
     data = json.loads(path.read_text())
+    link = f"[`{name}`]({link_prefix}results/{name}.md)"
+    if "summaries" not in data:
+        text = render_result(path)
+        if text is None:
+            raise ValueError(f"docs: results '{name}' has no renderer (docs.gen.RENDERERS)")
+        return f"{link}\n\n{first_table(text)}"
+    compare = importlib.import_module("benchmarks.compare")
     summaries = data["summaries"]
     s = data["settings"]
     columns = compare.columns_for(summaries)
     lines = [
-        f"[`{name}`]({link_prefix}results/{name}.md): {s['dataset']}, `{s['partition']}`, "
-        f"{s['num-clients']} clients, `{s['model']}`, {s['num-rounds']} rounds, "
-        f"fraction-train {s['fraction-train']}, seed {s['seed']}",
+        f"{link}: {s['dataset']}, `{s['partition']}`, {s['num-clients']} clients, `{s['model']}`, "
+        f"{s['num-rounds']} rounds, fraction-train {s['fraction-train']}, seed {s['seed']}",
         "",
         "| " + " | ".join(columns) + " |",
         "|" + "|".join(["---"] + ["---:"] * (len(columns) - 1)) + "|",
@@ -223,7 +240,7 @@ def fill(text: str, page: Path) -> str:
         if kind == "settings":
             body = "\n\n".join(settings_table(section) for section in args)
         elif kind == "results":
-            body = "\n\n".join(comparison_table(name, prefix) for name in args)
+            body = "\n\n".join(results_table(name, prefix) for name in args)
         else:
             raise ValueError(f"docs/{page}: unknown marker 'gen:{kind}' (allowed: settings, results)")
         return f"<!-- gen:{kind}{match.group(2)} -->\n{body}\n<!-- /gen -->"
