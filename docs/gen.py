@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import difflib
 import importlib
 import inspect
 import json
@@ -68,19 +69,34 @@ def renderer(path: Path, data: dict[str, Any]) -> Callable[[], str] | None:
 
 
 def render_result(path: Path) -> str | None:
-    """The page of the results JSON at `path`: rendered from the JSON, followed by any notes written
-    below the generated text of the committed Markdown; None when it has no renderer."""
+    """The page of the results JSON at `path`: rendered from the JSON, followed by the notes written
+    into its committed Markdown by hand (`added_notes`); None when it has no renderer."""
     data = json.loads(path.read_text())
     render = renderer(path, data) if isinstance(data, dict) else None
     if render is None:
         return None
     text = render().rstrip() + "\n"
     committed = path.with_suffix(".md")
-    if committed.exists():
-        notes = committed.read_text()
-        if notes.startswith(text.rstrip()) and notes.strip() != text.strip():
-            text += notes[len(text.rstrip()):].rstrip() + "\n"
+    notes = added_notes(text, committed.read_text()) if committed.exists() else []
+    if notes:
+        text += "\n" + "\n\n".join(notes) + "\n"
     return text
+
+
+def line_changes(rendered: str, committed: str) -> list[tuple[str, list[str], list[str]]]:
+    """(kind, rendered lines, committed lines) of every block where the committed Markdown differs
+    from the rendering: `insert` = text added by hand; `replace` / `delete` = the file no longer is
+    what its JSON renders to."""
+    a, b = rendered.rstrip().splitlines(), committed.rstrip().splitlines()
+    matcher = difflib.SequenceMatcher(a=a, b=b, autojunk=False)
+    return [(kind, a[i1:i2], b[j1:j2]) for kind, i1, i2, j1, j2 in matcher.get_opcodes()
+            if kind != "equal"]
+
+
+def added_notes(rendered: str, committed: str) -> list[str]:
+    """The blocks of the committed Markdown that its JSON does not render (notes added by hand)."""
+    return ["\n".join(new).strip() for kind, _, new in line_changes(rendered, committed)
+            if kind == "insert" and "\n".join(new).strip()]
 
 
 def plot_result(path: Path, out: Path) -> bool:
