@@ -275,10 +275,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="change nothing; exit 1 listing the pages whose generated parts are stale")
     results = sub.add_parser("results", help="re-render every results page and plot from its JSON")
     results.add_argument("--out", type=Path, required=True, help="folder to write into")
+    results.add_argument("--from", dest="root", type=Path, default=RESULTS,
+                         help="results folder to render (default: benchmarks/results, all of it)")
     results.add_argument("--no-plots", action="store_true")
     args = parser.parse_args(argv)
     if args.command == "results":
-        count = regenerate(args.out, plots=not args.no_plots)
+        count = regenerate(args.out, root=args.root.resolve(), plots=not args.no_plots)
         print(f"{count} results pages written under {args.out}")
         return 0
     stale = []
