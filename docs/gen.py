@@ -12,6 +12,7 @@ Markers in a docs page, filled in place by `python -m docs.gen` (and at every bu
 
     <!-- gen:settings SECTION -->  ...  <!-- /gen -->
     <!-- gen:results NAME [NAME ...] -->  ...  <!-- /gen -->
+    <!-- gen:suite-delta FOLDER -->  ...  <!-- /gen -->   (the suite's Δ matrix from its suite.json)
 
 `python -m docs.gen results --out DIR` re-renders every results Markdown file and plot (Markdown
 and PNG) from the committed JSON into DIR; the suite's per-cell Markdown and plots are not committed,
@@ -36,7 +37,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
 RESULTS = REPO / "benchmarks" / "results"
-MARKER = re.compile(r"<!-- gen:(\w+)((?: (?!-->)[^ \n]+)*) -->\n.*?<!-- /gen -->", re.S)
+MARKER = re.compile(r"<!-- gen:([\w-]+)((?: (?!-->)[^ \n]+)*) -->\n.*?<!-- /gen -->", re.S)
 
 # results file-name prefix -> (benchmark module, the JSON keys its `markdown(meta, ...)` takes)
 RENDERERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
@@ -175,6 +176,15 @@ def results_table(name: str, link_prefix: str = "") -> str:
     return "\n".join(lines)
 
 
+def suite_delta(folder: str, link_prefix: str = "") -> str:
+    """The robustness suite's Δ matrix, from `benchmarks/results/<folder>/suite.json`."""
+    path = RESULTS / folder / "suite.json"
+    if not path.exists():
+        raise FileNotFoundError(f"docs: no suite results {path.relative_to(REPO)}")
+    table = importlib.import_module("benchmarks.suite").delta_table(path)
+    return f"[`{folder}/suite-delta`]({link_prefix}results/{folder}/suite-delta.md)\n\n{table}"
+
+
 # --- settings --------------------------------------------------------------------------------------
 def field_comments(model: type) -> dict[str, str]:
     """The comment of each field in the model's source: the `#` comment on its line, after any
@@ -257,8 +267,11 @@ def fill(text: str, page: Path) -> str:
             body = "\n\n".join(settings_table(section) for section in args)
         elif kind == "results":
             body = "\n\n".join(results_table(name, prefix) for name in args)
+        elif kind == "suite-delta":
+            body = "\n\n".join(suite_delta(folder, prefix) for folder in args)
         else:
-            raise ValueError(f"docs/{page}: unknown marker 'gen:{kind}' (allowed: settings, results)")
+            raise ValueError(f"docs/{page}: unknown marker 'gen:{kind}' "
+                             "(allowed: settings, results, suite-delta)")
         return f"<!-- gen:{kind}{match.group(2)} -->\n{body}\n<!-- /gen -->"
 
     return MARKER.sub(generated, text)
