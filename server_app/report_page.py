@@ -124,22 +124,23 @@ def _series_links(directory: Path) -> str:
 
 
 # --- a run ----------------------------------------------------------------------------------------
-def write_run_report(directory: Path) -> Path:
-    """Write `<directory>/report.html` from the files the run wrote there; returns its path."""
+def write_run_report(directory: Path, comparison: str = "") -> Path:
+    """Write `<directory>/report.html` from the files the run wrote there; returns its path.
+    `comparison`: the lines that put the run beside other methods
+    (`server_app.reporting.comparison_hint`), shown under the summary."""
     summary = json.loads((directory / "summary.json").read_text())
     config = json.loads((directory / "config.json").read_text())
     rounds = [json.loads(line) for line in (directory / "rounds.jsonl").read_text().splitlines()
               if line.strip()]
-    from server_app.reporting import comparison_hint
-
     title, rows = summary_rows(summary)
     sections = [
         f"<p>Method <b>{_e(summary['method'])}</b> on {_e(summary['dataset'])}, partition "
         f"<code>{_e(summary['partition'])}</code>, {_e(summary['num-clients'])} clients, "
         f"{_e(summary['rounds'])} rounds. Folder: <code>{_e(directory.resolve())}</code></p>",
         _section(title, html_table(("", "value"), ((name, format_value(v)) for name, v in rows))),
-        f'<pre class="comparison">{_e(comparison_hint(summary, config).strip())}</pre>',
     ]
+    if comparison.strip():
+        sections.append(f'<pre class="comparison">{_e(comparison.strip())}</pre>')
     pictures = _pictures(directory)
     if pictures:
         figures = "\n".join(embedded_figure(p, CAPTIONS.get(p.name, p.stem)) for p in pictures)

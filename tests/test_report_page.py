@@ -10,7 +10,7 @@ import re
 import pytest
 
 from server_app.report_page import write_run_report
-from server_app.reporting import REFERENCE, RESULTS_DIR
+from server_app.reporting import REFERENCE, RESULTS_DIR, comparison_hint
 
 
 def table_after(page: str, heading_start: str) -> tuple[list[str], list[list[str]]]:
@@ -21,6 +21,13 @@ def table_after(page: str, heading_start: str) -> tuple[list[str], list[list[str
     rows = [[html.unescape(c) for c in re.findall(r"<td>(.*?)</td>", row)]
             for row in re.findall(r"<tr>(.*?)</tr>", table.split("<tbody>")[1])]
     return header, rows
+
+
+def report(directory) -> str:
+    """The page as a run writes it: with the comparison line of its summary and settings."""
+    summary = json.loads((directory / "summary.json").read_text())
+    config = json.loads((directory / "config.json").read_text())
+    return write_run_report(directory, comparison_hint(summary, config)).read_text()
 
 
 @pytest.fixture
@@ -44,7 +51,7 @@ def sfl_run(tmp_path):
 
 def test_accuracies_are_percent_and_only_the_methods_settings_are_listed(sfl_run):
     directory, config = sfl_run
-    page = write_run_report(directory).read_text()
+    page = report(directory)
     header, rows = table_after(page, "Per client")
     assert header == ["client-id", "accuracy (%)", "bytes-down", "global-accuracy (%)", "loss"]
     assert [float(v) for row in rows for v in row] == pytest.approx(
@@ -58,11 +65,11 @@ def test_accuracies_are_percent_and_only_the_methods_settings_are_listed(sfl_run
 
 def test_the_reference_comparison_line_is_shown_when_the_run_has_its_settings(sfl_run):
     directory, config = sfl_run
-    page = write_run_report(directory).read_text()
+    page = report(directory)
     line = re.search(r'<pre class="comparison">(.*?)</pre>', page, re.S).group(1)
     assert f"benchmarks/results/{REFERENCE}.md" in line and "fedavg 75.00" in line
     config["num-rounds"] = 2  # not the reference's settings: the command that measures them instead
     (directory / "config.json").write_text(json.dumps(config))
-    page = write_run_report(directory).read_text()
+    page = report(directory)
     line = re.search(r'<pre class="comparison">(.*?)</pre>', page, re.S).group(1)
     assert "python -m benchmarks.compare --methods sfl,fedavg,local" in html.unescape(line)
