@@ -12,6 +12,7 @@ Markers in a docs page, filled in place by `python -m docs.gen` (and at every bu
 
     <!-- gen:settings SECTION -->  ...  <!-- /gen -->
     <!-- gen:results NAME [NAME ...] -->  ...  <!-- /gen -->
+    <!-- gen:method-results METHOD -->  ...  <!-- /gen -->  (every committed comparison it ran in)
     <!-- gen:suite-delta FOLDER -->  ...  <!-- /gen -->   (the suite's Δ matrix from its suite.json)
 
 `python -m docs.gen results --out DIR` re-renders every results Markdown file and plot (Markdown
@@ -176,6 +177,44 @@ def results_table(name: str, link_prefix: str = "") -> str:
     return "\n".join(lines)
 
 
+def method_results(method: str, link_prefix: str = "") -> str:
+    """Every committed comparison that ran `method`: its setting, the method's mean / worst 5%
+    personalized accuracy, FedAvg's mean and the best method's (regression: MAE, lower is better)."""
+    compare = importlib.import_module("benchmarks.compare")
+    rows = ["| results | setting | mean / worst 5% | FedAvg mean | best (mean) |", "|---|---|---:|---:|---|"]
+    for path in sorted(RESULTS.glob("*.json")):
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict) or method not in data.get("methods", ()) or "summaries" not in data:
+            continue
+        summaries = {s["method"]: s for s in data["summaries"]}
+        s = data["settings"]
+        setting = (f"{s['dataset']}, `{s['partition']}`, {s['num-clients']} clients, "
+                   f"{s['num-rounds']} rounds, ρ {s['fraction-train']}")
+        if compare.is_regression(data["summaries"]):
+            def score(summary: dict[str, Any]) -> float | None:
+                return (summary["final"].get("regression") or {}).get("mae")
+            best = min((m for m in summaries if score(summaries[m]) is not None),
+                       key=lambda m: score(summaries[m]))
+            own = f"MAE {compare._num(score(summaries[method]), 3)}"
+            fedavg = compare._num(score(summaries["fedavg"]), 3) if "fedavg" in summaries else compare.DASH
+            shown = f"{best} ({compare._num(score(summaries[best]), 3)})"
+        else:
+            def score(summary: dict[str, Any]) -> float | None:
+                return (summary["final"].get("personalized") or {}).get("mean")
+            best = max((m for m in summaries if score(summaries[m]) is not None),
+                       key=lambda m: score(summaries[m]))
+            pers = summaries[method]["final"].get("personalized") or {}
+            own = f"{compare._num(pers.get('mean'))} / {compare._num(pers.get('worst-5%'))}"
+            fedavg = compare._num(score(summaries["fedavg"])) if "fedavg" in summaries else compare.DASH
+            shown = f"{best} ({compare._num(score(summaries[best]))})"
+        rows.append(f"| [`{path.stem}`]({link_prefix}results/{path.stem}.md) | {setting} | {own} | "
+                    f"{fedavg} | {shown} |")
+    if len(rows) == 2:
+        return (f"No committed `benchmarks.compare` comparison ran `{method}`; its results are in the "
+                "sections above and in the robustness suite.")
+    return "\n".join(rows)
+
+
 def suite_delta(folder: str, link_prefix: str = "") -> str:
     """The robustness suite's Δ matrix, from `benchmarks/results/<folder>/suite.json`."""
     path = RESULTS / folder / "suite.json"
@@ -267,11 +306,13 @@ def fill(text: str, page: Path) -> str:
             body = "\n\n".join(settings_table(section) for section in args)
         elif kind == "results":
             body = "\n\n".join(results_table(name, prefix) for name in args)
+        elif kind == "method-results":
+            body = "\n\n".join(method_results(method, prefix) for method in args)
         elif kind == "suite-delta":
             body = "\n\n".join(suite_delta(folder, prefix) for folder in args)
         else:
             raise ValueError(f"docs/{page}: unknown marker 'gen:{kind}' "
-                             "(allowed: settings, results, suite-delta)")
+                             "(allowed: settings, results, method-results, suite-delta)")
         return f"<!-- gen:{kind}{match.group(2)} -->\n{body}\n<!-- /gen -->"
 
     return MARKER.sub(generated, text)
