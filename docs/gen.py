@@ -1,6 +1,6 @@
 """The generated parts of the documentation, from the code and the committed results.
 
-- Settings tables: from each method's settings model (`strategies.registry.sections()`): key,
+- Settings tables: from each method's settings model (`strategies.shared.registry.sections()`): key,
   allowed values, default and the comment beside the field in its source.
 - Results: every committed results JSON in `benchmarks/results/` is rendered into its page by the
   benchmark module that wrote it (`benchmarks.compare.markdown`, `benchmarks.fedcg_domains.markdown`,
@@ -274,7 +274,7 @@ def _default(value: Any) -> str:
 
 def settings_table(section: str) -> str:
     """The `<section>.*` run-config keys of a registered method: allowed values, default, meaning."""
-    from strategies import registry
+    from strategies.shared import registry
 
     sections = registry.sections()
     if section not in sections:

@@ -35,7 +35,7 @@ def format_value(value: Any) -> str:
 def method_settings(config: dict[str, Any], method: str) -> dict[str, Any]:
     """The flat run-config keys that apply to `method`: the common keys (no dot) and its own
     section's `<section>.*` keys; every other method's section is left out."""
-    from strategies import registry
+    from strategies.shared import registry
 
     registered = registry.METHODS.get(method)
     section = registered.section if registered is not None else None
