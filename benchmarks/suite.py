@@ -326,6 +326,24 @@ def run_suite(settings: Sequence[Setting], rhos: Sequence[float], seeds: Sequenc
     return results
 
 
+def load_results(path: Path) -> list[CellResult]:
+    """The cell results a `suite.json` holds."""
+    results = []
+    for item in json.loads(path.read_text())["results"]:
+        item["curve"] = [tuple(p) for p in item["curve"]]
+        item["cumulative_bytes"] = [tuple(p) for p in item["cumulative_bytes"]]
+        results.append(CellResult(**item))
+    return results
+
+
+def delta_table(path: Path) -> str:
+    """The Δ matrix (method × cell, as in `suite-delta.md`) of the suite.json at `path`."""
+    stored = json.loads(path.read_text())
+    settings = [SETTINGS[name] for name in stored["settings"]]
+    text = delta_matrix(load_results(path), settings, stored["rhos"], [])
+    return "\n".join(line for line in text.splitlines() if line.startswith("|"))
+
+
 def merge(parts: Sequence[Path], results_dir: Path, command: str) -> list[CellResult]:
     """Join suites run separately (e.g. one process per setting or seed) into one set of tables:
     every part's `suite.json` is read and its cell files are copied into `results_dir`. A later part
@@ -340,10 +358,7 @@ def merge(parts: Sequence[Path], results_dir: Path, command: str) -> list[CellRe
     for part in parts:
         stored = json.loads((part / "suite.json").read_text())
         commands.append(stored["command"])
-        for item in stored["results"]:
-            item["curve"] = [tuple(p) for p in item["curve"]]
-            item["cumulative_bytes"] = [tuple(p) for p in item["cumulative_bytes"]]
-            result = CellResult(**item)
+        for result in load_results(part / "suite.json"):
             results[(result.setting, result.rho, result.seed, result.label)] = result
         if part.resolve() != results_dir.resolve():
             results_dir.mkdir(parents=True, exist_ok=True)

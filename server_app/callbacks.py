@@ -1,6 +1,7 @@
 """Cross-cutting work around the round loop, as callbacks: the method's own report, per-round byte
 counts, the round's log line and checkpoints. `FederationRunner` runs the rounds and calls every
-callback's hooks in order; each hook is a no-op unless a callback overrides it.
+callback's hooks in order; each hook is a no-op unless a callback overrides it. `TensorBoardLog`
+writes the run's TensorBoard event files beside its results.
 
 Hooks, in the order of a round: `round_fields` (fields merged into the round's record while its state
 is current), `completing_round` (turn what was measured into record fields), `round_recorded` (after
@@ -11,7 +12,9 @@ the rounds.jsonl line is written), `round_finished` (the round's state is final:
 from __future__ import annotations
 
 import logging
+import math
 import random
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -20,6 +23,7 @@ from flwr.app import ArrayRecord
 
 from datasets.partition import Partition
 from server_app.checkpoint import CheckpointStore
+from server_app.run_values import method_settings
 from strategies.shared.reporter import MethodReporter
 
 if TYPE_CHECKING:
@@ -170,3 +174,79 @@ class Checkpointing(RunCallback):
         self.traffic.totals = state["bytes-total"]
         runner.recorder.restore(state["rounds"])
         return state["arrays"], state["round"], state["seconds"], state.get("pending")
+
+
+def scalar_fields(record: dict[str, Any], prefix: str = "") -> dict[str, float]:
+    """The numeric fields of a record, nested keys joined by '/' (`personalized/mean`); lists,
+    strings, None, NaN and the runner's private `_` fields are left out."""
+    out: dict[str, float] = {}
+    for key, value in record.items():
+        if key.startswith("_") or key == "round":
+            continue
+        tag = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(scalar_fields(value, f"{tag}/"))
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            out[tag] = float(value)
+    return out
+
+
+def graph_image(matrix: np.ndarray, size: int = 256) -> np.ndarray:
+    """A square matrix as an RGB heatmap (viridis, H×W×3 uint8), each entry a block of pixels."""
+    from matplotlib import colormaps
+
+    matrix = np.nan_to_num(np.asarray(matrix, dtype=np.float64))
+    low, high = float(matrix.min()), float(matrix.max())
+    scaled = (matrix - low) / (high - low) if high > low else np.zeros_like(matrix)
+    block = max(1, size // max(matrix.shape[0], 1))
+    rgb = (colormaps["viridis"](scaled)[..., :3] * 255).astype(np.uint8)
+    return np.repeat(np.repeat(rgb, block, axis=0), block, axis=1)
+
+
+class TensorBoardLog(RunCallback):
+    """TensorBoard event files in the run's folder: every numeric field of each rounds.jsonl line
+    as a scalar at step = round, the method's client graph as an image whenever it changes
+    (`MethodReporter.client_graph`), and at the end the settings that apply to the method as
+    hparams with the final metrics. `tensorboard --logdir outputs` then shows one run per folder,
+    so the methods of a comparison overlay. The writer is opened at the first recorded round with
+    `purge_step` = that round, so a resumed run replaces the rounds it repeats."""
+
+    def __init__(self, runner: FederationRunner, directory: Path) -> None:
+        self.runner, self.directory = runner, directory
+        self.writer: Any = None
+        self.last_graph: np.ndarray | None = None
+
+    def _open(self, first_step: int) -> Any:
+        if self.writer is None:
+            from torch.utils.tensorboard import SummaryWriter  # server side only (lean client)
+
+            self.writer = SummaryWriter(log_dir=str(self.directory), purge_step=first_step)
+        return self.writer
+
+    def round_recorded(self, record: dict[str, Any]) -> None:
+        step = int(record["round"])
+        writer = self._open(step)
+        for tag, value in scalar_fields(record).items():
+            writer.add_scalar(tag, value, step)
+        strategy = self.runner.strategy
+        graph = strategy.client_graph() if isinstance(strategy, MethodReporter) else None
+        if graph is not None and (self.last_graph is None or self.last_graph.shape != graph.shape
+                                  or not np.array_equal(self.last_graph, graph)):
+            writer.add_image("client-graph", graph_image(graph), step, dataformats="HWC")
+            self.last_graph = np.array(graph, copy=True)
+        writer.flush()
+
+    def run_finished(self, summary: dict[str, Any]) -> None:
+        from torch.utils.tensorboard.summary import hparams
+
+        writer = self._open(0)
+        config = self.runner.cfg.flat()
+        settings = {key: value if isinstance(value, (bool, int, float, str)) else str(value)
+                    for key, value in method_settings(config, self.runner.cfg.method).items()}
+        final = {f"final/{tag}": value for tag, value in scalar_fields(summary.get("final", {})).items()}
+        for summary_proto in hparams(settings, final):
+            writer.file_writer.add_summary(summary_proto)
+        step = int(summary.get("final", {}).get("round", self.runner.cfg.num_rounds))
+        for tag, value in final.items():
+            writer.add_scalar(tag, value, step)
+        writer.close()

@@ -1,7 +1,11 @@
 """`report.html`: one self-contained page per run (and per comparison) that a person can open offline.
 
-A run's page shows the summary table, the accuracy curves, the per-client table, every picture the
-method wrote in the run's folder (learned graphs, UMAP, domain adjacency, ...) and the settings. The
+A run's page shows the summary table, the line that puts it beside other methods (the committed
+reference comparison when the run has its settings, else the command that measures one), the
+accuracy curves, the per-client table, every picture the method wrote in the run's folder (learned
+graphs, UMAP, domain adjacency, ...) and the settings that apply to its method (the common keys and
+its own section). Every quantity has one unit: accuracies and MAPE in percent everywhere (clients.csv
+stores fractions; the page shows them ×100). The
 pictures are embedded as base64 PNG, so the page needs no network and survives being copied alone;
 only bulky per-round picture series in subfolders (e.g. FedSKA's `graphs/round-*.png`) are linked
 relatively.
@@ -17,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from server_app.run_values import method_settings
 from server_app.summary_table import display_value, summary_rows
 
 REPORT_NAME = "report.html"
@@ -88,6 +93,24 @@ def _pictures(directory: Path) -> list[Path]:
     return known + [found[name] for name in sorted(found)]
 
 
+def percent_columns(header: Sequence[str]) -> set[int]:
+    """Indices of the clients.csv columns that hold fractions in [0, 1] (`accuracy`,
+    `global-accuracy`, `mape`, ...): shown in percent like every other accuracy."""
+    return {i for i, name in enumerate(header) if name.endswith(("accuracy", "mape"))}
+
+
+def client_rows(header: Sequence[str], rows: Iterable[Sequence[str]]) -> tuple[list[str], list[list[Any]]]:
+    """clients.csv as shown: fraction columns ×100 with `(%)` in their heading."""
+    percent = percent_columns(header)
+    shown_header = [f"{name} (%)" if i in percent else name for i, name in enumerate(header)]
+    shown = []
+    for row in rows:
+        values = [_number(v) for v in row]
+        shown.append([100.0 * v if i in percent and isinstance(v, (int, float)) else v
+                      for i, v in enumerate(values)])
+    return shown_header, shown
+
+
 def _series_links(directory: Path) -> str:
     """Relative links to picture series in subfolders (too many to embed)."""
     items = []
@@ -101,8 +124,10 @@ def _series_links(directory: Path) -> str:
 
 
 # --- a run ----------------------------------------------------------------------------------------
-def write_run_report(directory: Path) -> Path:
-    """Write `<directory>/report.html` from the files the run wrote there; returns its path."""
+def write_run_report(directory: Path, comparison: str = "") -> Path:
+    """Write `<directory>/report.html` from the files the run wrote there; returns its path.
+    `comparison`: the lines that put the run beside other methods
+    (`server_app.reporting.comparison_hint`), shown under the summary."""
     summary = json.loads((directory / "summary.json").read_text())
     config = json.loads((directory / "config.json").read_text())
     rounds = [json.loads(line) for line in (directory / "rounds.jsonl").read_text().splitlines()
@@ -114,6 +139,8 @@ def write_run_report(directory: Path) -> Path:
         f"{_e(summary['rounds'])} rounds. Folder: <code>{_e(directory.resolve())}</code></p>",
         _section(title, html_table(("", "value"), ((name, display_value(v)) for name, v in rows))),
     ]
+    if comparison.strip():
+        sections.append(f'<pre class="comparison">{_e(comparison.strip())}</pre>')
     pictures = _pictures(directory)
     if pictures:
         figures = "\n".join(embedded_figure(p, CAPTIONS.get(p.name, p.stem)) for p in pictures)
@@ -123,16 +150,17 @@ def write_run_report(directory: Path) -> Path:
     if clients.exists():
         with clients.open(newline="") as handle:
             reader = csv.reader(handle)
-            header = next(reader, [])
-            sections.append(_section("Per client (final round)",
-                                     html_table(header, [[_number(v) for v in row] for row in reader])))
+            header, shown = client_rows(next(reader, []), reader)
+            sections.append(_section("Per client (final round)", html_table(header, shown)))
     method_block = {k: v for k, v in summary.items() if isinstance(v, dict)
                     and k not in ("final", "round-0")}
     if method_block:
         sections.append(_section("Method details (summary.json)",
                                  f"<pre>{_e(json.dumps(method_block, indent=2))}</pre>"))
-    sections.append(_section("Settings (config.json)",
-                             html_table(("key", "value"), sorted(config.items()))))
+    settings = method_settings(config, summary["method"])
+    sections.append(_section(
+        f"Settings of this run ({len(settings)} of the {len(config)} keys in config.json: the common "
+        f"keys and {summary['method']}'s own)", html_table(("key", "value"), sorted(settings.items()))))
     path = directory / REPORT_NAME
     path.write_text(page(f"Bouquet run {directory.name}", sections), encoding="utf-8")
     return path

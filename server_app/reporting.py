@@ -84,8 +84,9 @@ class RunRecorder:
         self.plot()
         from server_app.report_page import write_run_report
 
-        report = write_run_report(self.directory)
-        log.info("%s\n%s", console_table(summary), comparison_hint(summary, self.config))
+        hint = comparison_hint(summary, self.config)
+        report = write_run_report(self.directory, hint)
+        log.info("%s\n%s", console_table(summary), hint)
         log.info("results written to %s (open %s in a browser)", self.directory.resolve(),
                  report.name)
 

@@ -30,3 +30,14 @@ def format_value(value: Any) -> str:
     if isinstance(value, str) and parse_value(value) != value:
         return json.dumps(value)
     return str(value)
+
+
+def method_settings(config: dict[str, Any], method: str) -> dict[str, Any]:
+    """The flat run-config keys that apply to `method`: the common keys (no dot) and its own
+    section's `<section>.*` keys; every other method's section is left out."""
+    from strategies.shared import registry
+
+    registered = registry.METHODS.get(method)
+    section = registered.section if registered is not None else None
+    return {key: value for key, value in config.items()
+            if "." not in key or (section is not None and key.startswith(f"{section}."))}

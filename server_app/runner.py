@@ -29,6 +29,7 @@ from server_app.callbacks import (
     MethodReport,
     RoundLog,
     RunCallback,
+    TensorBoardLog,
     TrafficCount,
 )
 from server_app.checkpoint import CheckpointStore
@@ -99,7 +100,7 @@ class FederationRunner:
     """Runs one federation: the round loop and every exchange with the clients. Cross-cutting work
     is done by callbacks (`server_app.callbacks`): the method's report (`MethodReporter`: per-round
     fields and final artifacts; `truth` is the partition's ground truth, for reporting only), byte
-    counts, the round log and checkpoints."""
+    counts, the round log, checkpoints and the TensorBoard event files."""
 
     def __init__(self, grid: Grid, cfg: RunConfig, strategy: Strategy, recorder: RunRecorder,
                  truth: Partition | None = None, checkpoints: CheckpointStore | None = None,
@@ -119,7 +120,8 @@ class FederationRunner:
                               if checkpoints is not None else None)
         self.callbacks: list[RunCallback] = [
             MethodReport(self, truth), self.traffic, RoundLog(),
-            *([self.checkpointing] if self.checkpointing else []), *callbacks]
+            *([self.checkpointing] if self.checkpointing else []),
+            TensorBoardLog(self, recorder.directory), *callbacks]
 
     # --- setup ------------------------------------------------------------------------------
     def connect(self, timeout: float) -> None:

@@ -23,7 +23,7 @@ def summary_rows(summary: dict[str, Any]) -> tuple[str, list[tuple[str, Any]]]:
         ("method", summary["method"]),
         ("rounds", summary["rounds"]),
         ("personalized mean (%)", pers.get("mean")),
-        ("personalized std", pers.get("std")),
+        ("personalized std (%)", pers.get("std")),
         ("best 5% / worst 5% (%)", _pair(pers.get("best-5%"), pers.get("worst-5%"))),
         ("global accuracy (%)", final.get("global-accuracy")),
         ("global + local epochs (%)", (final.get("finetuned") or {}).get("mean")),
@@ -41,8 +41,8 @@ def _regression_rows(summary: dict[str, Any]) -> tuple[str, list[tuple[str, Any]
         ("MAE / MAPE (%) / RMSE", _triple(reg)),
         ("same at horizon 12 (60 min)", _triple(reg, "-h12")),
         ("MAE best 5% / worst 5%", _pair(reg.get("best-5%-mae"), reg.get("worst-5%-mae"))),
-        ("global model MAE / MAPE / RMSE", _triple(final.get("global-regression"))),
-        ("global + local epochs MAE / MAPE / RMSE", _triple(final.get("finetuned-regression"))),
+        ("global model MAE / MAPE (%) / RMSE", _triple(final.get("global-regression"))),
+        ("global + local epochs MAE / MAPE (%) / RMSE", _triple(final.get("finetuned-regression"))),
     ]
     return _with_costs("Bouquet run summary (regression: errors averaged over clients)", rows, summary)
 

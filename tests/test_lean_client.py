@@ -14,7 +14,8 @@ import torch
 from client_app.training import SGD
 from tests.conftest import REPO
 
-HEAVY = ("scipy", "sklearn", "numba", "umap", "matplotlib", "torch._dynamo")
+HEAVY = ("scipy", "sklearn", "numba", "umap", "matplotlib", "torch._dynamo", "tensorboard",
+         "torch.utils.tensorboard")
 
 CLIENT_MESSAGES = r"""
 import json, sys

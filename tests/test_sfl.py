@@ -565,10 +565,10 @@ def test_sfl_federation_writes_the_graph_and_sfl_star_reports_the_learned_share(
 
 
 # --- documentation and the scale benchmark ---------------------------------------------------------
-def test_readme_documents_every_sfl_key():
+def test_the_sfl_page_documents_every_sfl_key():
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    readme = (Path(__file__).resolve().parent.parent / "docs" / "methods" / "sfl.md").read_text()
     keys = [k for k in default_run_config() if k.startswith("sfl.")]
     assert len(keys) == len(type(RunConfig().sfl).model_fields)
     assert [k for k in keys if f"`{k}`" not in readme] == []

@@ -27,6 +27,11 @@ class MethodReporter:
         the partition's ground truth when the server can rebuild it (reporting only)."""
         return {}
 
+    def client_graph(self) -> np.ndarray | None:
+        """The client graph the method aggregates over now (N×N), or None when it has none; the
+        TensorBoard log draws it whenever it changes."""
+        return None
+
 
 def save_matrix(directory: Path, name: str, matrix: np.ndarray, *, order: np.ndarray | None = None,
                 title: str = "", labels: str = "client") -> None:

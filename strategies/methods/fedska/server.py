@@ -445,6 +445,10 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
             self._round_bytes = {}
         return report
 
+    def client_graph(self) -> np.ndarray | None:
+        """S, the learned client graph."""
+        return self.graph.numpy()
+
     def report(self, directory: Path, truth: Partition | None) -> dict[str, Any]:
         """graph.npy/.png = S of the last round; graphs/round-NNN.png = S of every round and
         learned-graphs.npy (K ≤ 256); summary: losses, shares, bytes by phase."""

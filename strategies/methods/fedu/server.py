@@ -96,6 +96,10 @@ class FedU(PersonalizedStrategy):
             self.personal = rows_from_trained_neighbours(self.personal, self.graph, self.last_trained >= 0)
         return None
 
+    def client_graph(self) -> np.ndarray | None:
+        """The given graph, row-normalised."""
+        return self.graph.numpy()
+
     def report(self, directory: Any, truth: Any) -> dict[str, Any]:
         from strategies.shared.reporter import save_matrix
 

@@ -269,6 +269,10 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
         report, self._report = self._report, {}
         return report
 
+    def client_graph(self) -> np.ndarray | None:
+        """The relatedness graph (None until the one-shot relatedness has been formed)."""
+        return None if self.relatedness is None else self.relatedness.adjacency
+
     def report(self, directory: Path, truth: Partition | None) -> dict[str, Any]:
         """Ã → graph.npy/.png, A → distance.npy/.png (clients grouped by discovered cluster), the
         UMAP embedding → umap.png; with ground truth: ARI and the share of Ã's edges inside true

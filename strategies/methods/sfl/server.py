@@ -190,6 +190,10 @@ class SFL(PersonalizedStrategy):
         report, self._report = self._report, {}
         return report
 
+    def client_graph(self) -> np.ndarray | None:
+        """Â of the last round (the prior, or SFL*'s blend of prior and learned graph)."""
+        return None if self.graph_hat is None else self.graph_hat.numpy()
+
     def report(self, directory: Path, truth: Partition | None) -> dict[str, Any]:
         """graph.npy/.png = Â of the last round; SFL*: learned-graph (A_learn of the last round),
         learned-graphs.npy (Â of every round, N ≤ 256) and prior-graph when a prior was used."""
