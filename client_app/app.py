@@ -15,13 +15,14 @@ from collections.abc import Callable
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
-from client_app import evaluation, fedavg, identify
+from client_app import evaluation, fedavg, identify, watchdog
 from strategies.fusion import fuse_reply, is_fused, split_request
 from strategies.registry import METHODS, ClientHandler, Method
 
 Handler = Callable[[Message, Context], Message]
 
 app = ClientApp()
+watchdog.start()  # a deployed ClientApp process exits once its SuperNode/executor is gone
 
 
 def with_evaluation(train: Handler) -> Handler:
