@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 import re
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -28,7 +30,7 @@ from server_app.harness.loopback import CONNECTION, LoopbackFederation
 from server_app.harness.simulate import simulate
 from server_app.run_lock import LOCK_NAME
 from tests.conftest import REPO
-from tests.test_deploy_e2e import FAST, client_rows, job, numbers, rounds_of
+from tests.test_deploy_e2e import FAST, client_rows, job, namespaces, numbers, rounds_of  # noqa: F401
 
 pytestmark = pytest.mark.e2e
 
@@ -190,3 +192,43 @@ def test_a_quick_superlink_restart_leaves_the_serverapp_to_finish_the_run(federa
     assert_equals_uninterrupted(config, directory, tmp_path / "in-process")
     print(f"\n[fault] quick SuperLink restart: run {outcome.status}, flwr run --stream exit "
           f"{outcome.cli_exit}")
+
+
+# --- who can reach what -------------------------------------------------------------------------
+PROBE = ("import socket, sys\ntry:\n    socket.create_connection((sys.argv[1], int(sys.argv[2])), "
+         "timeout=5).close()\n    print('open')\nexcept OSError as err:\n    print('closed', err)\n")
+
+
+def probe_from(namespace: str, host: str, port: int) -> str:
+    """'open' or 'closed <why>': a TCP connection to host:port from inside `namespace`."""
+    return subprocess.run(["ip", "netns", "exec", namespace, sys.executable, "-c", PROBE, host,
+                           str(port)], capture_output=True, text=True, timeout=30).stdout.strip()
+
+
+def test_a_supernode_elsewhere_joins_over_the_fleet_port_but_cannot_reach_the_control_port(
+        namespaces, tmp_path):
+    """A SuperNode in its own network namespace (veth to a bridge, as another machine on the LAN)
+    joins over the Fleet port; from there the Control API (`flwr run`) port refuses connections,
+    while on the SuperLink host it answers."""
+    fed = LoopbackFederation(tmp_path / "fed", 1, host="10.213.0.1", env_extra=FAST)
+    outside = namespaces[0]
+    try:
+        fed.start(supernode_prefix={0: ["ip", "netns", "exec", outside]})
+        wait_until(lambda: set(fed.node_ids.values()) <= online_nodes(fed), "the SuperNode joining",
+                   timeout=120, poll=2)
+        assert probe_from(outside, "10.213.0.1", fed.fleet_port) == "open"
+        assert probe_from(outside, "10.213.0.1", fed.control_port).startswith("closed")
+        (fed.home("stranger") / "config.toml").write_text(
+            f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
+            f'address = "10.213.0.1:{fed.control_port}"\n'
+            f'root-certificates = "{fed.certs / "ca.crt"}"\n')
+        stranger = subprocess.run(
+            ["ip", "netns", "exec", outside, str(Path(sys.executable).parent / "flwr"), "list",
+             CONNECTION, "--format", "json"], env=fed.env("stranger"), capture_output=True,
+            text=True, timeout=60)
+        assert "Connection to the SuperLink is unavailable" in stranger.stdout + stranger.stderr
+        assert json.loads(fed.flwr("list", CONNECTION, "--format", "json").stdout)["success"]
+    finally:
+        processes = [p.process for p in fed.procs.values()]
+        fed.stop()
+        assert all(p.poll() is not None for p in processes)
