@@ -108,8 +108,8 @@ def restart_and_rejoin(federation: LoopbackFederation) -> float:
 
 
 def assert_equals_uninterrupted(config: dict, directory: Path, reference_dir: Path) -> None:
-    """Every round once; every rounds.jsonl field but timings, summary, clients.csv and (where the
-    method learns one) graph.npy equal to the same run in process, uninterrupted."""
+    """Every round once; every rounds.jsonl field but timings, summary, clients.csv and the method's
+    arrays (graph.npy, learned graphs) equal to the same run in process, uninterrupted."""
     reference = simulate({**config, "resume": False, "output-dir": str(reference_dir)}, num_nodes=3)
     expected = reference_dir / config["run-name"]
     assert recorded(directory) == list(range(ROUNDS + 1))
@@ -128,11 +128,16 @@ def assert_equals_uninterrupted(config: dict, directory: Path, reference_dir: Pa
     got_rows, want_rows = client_rows(directory), client_rows(expected)
     assert got_rows.keys() == want_rows.keys()
     for client, row in want_rows.items():
-        assert {k: float(v) for k, v in got_rows[client].items() if v} == pytest.approx(
-            {k: float(v) for k, v in row.items() if v}, rel=1e-5, abs=1e-6)
-    if (expected / "graph.npy").exists():
-        np.testing.assert_allclose(np.load(directory / "graph.npy"), np.load(expected / "graph.npy"),
-                                   rtol=1e-5, atol=1e-6)
+        assert got_rows[client].keys() == row.keys()
+        for key, value in row.items():
+            try:
+                assert float(got_rows[client][key]) == pytest.approx(float(value), rel=1e-5,
+                                                                     abs=1e-6), (client, key)
+            except ValueError:  # a text column (device, cluster label, ...)
+                assert got_rows[client][key] == value, (client, key)
+    for array in sorted(expected.glob("*.npy")):  # graph.npy, SFL*'s learned graphs, ...
+        np.testing.assert_allclose(np.load(directory / array.name), np.load(array), rtol=1e-5,
+                                   atol=1e-6, err_msg=array.name)
 
 
 @pytest.mark.parametrize("method, in_flight", [("fedavg", False), ("sfl-star", True)],
