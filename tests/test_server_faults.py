@@ -156,13 +156,14 @@ def test_superlink_machine_crash_then_resume_equals_an_uninterrupted_run(federat
             wait_until(lambda: len(re.findall("Receiving: train", node_log.read_text())) > seen,
                        "a round-2 train message")
         crash_superlink_machine(federation)
+        assert max(recorded(directory)) < ROUNDS and (directory / LOCK_NAME).exists()  # dead owner's
+        rejoined = restart_and_rejoin(federation)
     finally:
-        thread.join(timeout=300)
+        thread.join(timeout=300)  # its outcome, read back from the restarted SuperLink
     assert not thread.is_alive()
     interrupted = result.get("outcome")
-    assert interrupted is None or not interrupted.completed  # that run did not finish
-    assert max(recorded(directory)) < ROUNDS and (directory / LOCK_NAME).exists()  # the dead owner's
-    rejoined = restart_and_rejoin(federation)
+    assert interrupted is not None, result.get("error")
+    assert interrupted.status == "finished:failed", interrupted.status  # that run did not finish
     resumed = federation.run(REPO, {**config, "resume": True})
     assert resumed.completed, f"{resumed.status}: {resumed.details}\n{resumed.log[-3000:]}"
     executor_log = federation.home("superlink").joinpath("superexec-serverapp.log").read_text()
@@ -170,8 +171,9 @@ def test_superlink_machine_crash_then_resume_equals_an_uninterrupted_run(federat
     assert not (directory / LOCK_NAME).exists()
     assert_equals_uninterrupted(config, directory, tmp_path / "in-process")
     print(f"\n[fault] {method}: machine crash {'in round 2' if in_flight else 'after round 1'}; "
-          f"SuperNodes online again {rejoined:.1f} s after the restart; interrupted run's flwr exit "
-          f"{getattr(interrupted, 'cli_exit', None)}, error {result.get('error')!r:.200}")
+          f"SuperNodes online again {rejoined:.1f} s after the restart; interrupted run "
+          f"{interrupted.status} ({interrupted.details}), its flwr run --stream exit "
+          f"{interrupted.cli_exit}; resumed run {resumed.status}, flwr exit {resumed.cli_exit}")
 
 
 def test_a_quick_superlink_restart_leaves_the_serverapp_to_finish_the_run(federation, tmp_path):
