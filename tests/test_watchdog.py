@@ -108,3 +108,16 @@ def test_a_bad_grace_setting_names_the_variable(monkeypatch):
     monkeypatch.setenv(watchdog.GRACE_ENV, "soon")
     with pytest.raises(ValueError, match="BOUQUET_CLIENTAPP_GRACE='soon': expected a number"):
         watchdog._grace()
+
+
+def test_a_local_runtime_api_is_seen_listening_without_connecting_to_it():
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        port = server.getsockname()[1]
+        assert not watchdog.reachable(("127.0.0.1", port))  # bound, not yet listening
+        server.listen(1)
+        assert watchdog._listening_locally(port) is True
+        assert watchdog.reachable(("127.0.0.1", port))
+        server.settimeout(0.2)
+        with pytest.raises(TimeoutError):
+            server.accept()  # the check opened no connection
