@@ -115,6 +115,8 @@ def machine_facts() -> dict[str, Any]:
                 break
     except OSError:
         pass
+    from models.kernels import kernel_facts
+
     return {
         "cpu": cpu,
         "cores": os.cpu_count(),
@@ -123,12 +125,32 @@ def machine_facts() -> dict[str, Any]:
         "flwr": flwr.__version__,
         "python": platform.python_version(),
         "platform": platform.platform(),
+        "cpu-kernels": kernel_facts(),
+        "libraries": library_versions(),
     }
+
+
+# The packages a run's numbers depend on besides torch and flwr (recorded with every results file).
+NUMERIC_LIBRARIES = ("numpy", "scipy", "scikit-learn", "umap-learn", "pynndescent", "numba", "pydantic",
+                     "torchvision")
+
+
+def library_versions() -> dict[str, str]:
+    """The installed version of each of `NUMERIC_LIBRARIES` ('missing' where not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for name in NUMERIC_LIBRARIES:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = "missing"
+    return found
 
 
 def code_version() -> dict[str, Any]:
     """The commit (plus whether the tree had local changes) and Bouquet's code fingerprint."""
-    from strategies.contracts.provenance import code_fingerprint
+    from strategies.shared.provenance import code_fingerprint
 
     out: dict[str, Any] = {"code-fingerprint": code_fingerprint()}
     try:
@@ -153,9 +175,9 @@ def set_threads(threads: int) -> None:
 # --- running --------------------------------------------------------------------------------------
 def _check(methods: Sequence[str], overrides: dict[str, Any]) -> None:
     """Fail before the first (possibly long) run: unknown method, reserved or invalid key."""
-    from strategies.contracts.run import default_run_config
-    from strategies.contracts.run import RunConfig
-    from strategies.registry import method_names
+    from strategies.shared.run_config import default_run_config
+    from strategies.shared.run_config import RunConfig
+    from strategies.shared.registry import method_names
 
     if not methods:
         raise ValueError("no methods given")
@@ -188,10 +210,10 @@ def compare(
     Returns one summary per method (as `simulate` returns it, plus `wall-seconds` and `curve`:
     the per-round records of rounds.jsonl reduced to round, seconds and accuracies).
     """
-    from strategies.contracts.run import RunConfig
+    from strategies.shared.run_config import RunConfig
     from server_app.report_page import write_comparison_report
     from server_app.harness.simulate import simulate
-    from strategies.contracts.run import default_run_config
+    from strategies.shared.run_config import default_run_config
 
     methods = list(methods)
     overrides = dict(overrides)
@@ -336,7 +358,19 @@ def provenance(meta: dict[str, Any], title: str, machine_note: str = "") -> list
         + f", fingerprint {meta['code']['code-fingerprint']}",
         f"- machine: {m['cpu']}, {m['cores']} cores (torch threads {m['torch-threads']}), "
         f"torch {m['torch']}, flwr {m['flwr']}, Python {m['python']}{machine_note}",
+        *versions_line(m),
     ]
+
+
+def versions_line(machine: dict[str, Any]) -> list[str]:
+    """The libraries and CPU kernels line of a results file (absent in files written before they were
+    recorded)."""
+    if "libraries" not in machine:
+        return []
+    libraries = ", ".join(f"{name} {v}" for name, v in machine["libraries"].items())
+    kernels = machine.get("cpu-kernels", {})
+    return [f"- libraries: {libraries}; CPU kernels: {kernels.get('mode', '?')} "
+            f"(torch {kernels.get('torch-cpu-capability', '?')})"]
 
 
 def markdown(meta: dict[str, Any], summaries: list[dict[str, Any]]) -> str:

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from server_app.callbacks import RunCallback
-from strategies.contracts.base import ConfigError
+from strategies.shared.settings import ConfigError
 
 log = logging.getLogger("flwr.bouquet")
 

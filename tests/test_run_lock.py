@@ -19,7 +19,7 @@ from server_app.app import run
 from server_app.harness.local_grid import LocalGrid
 from server_app.run_lock import (LOCK_NAME, Owner, RunLock, RunLockedError, RunLockLostError,
                                  read_owner, _write)
-from strategies.contracts.run import RunConfig, default_run_config
+from strategies.shared.run_config import RunConfig, default_run_config
 
 
 def _dead_pid() -> int:
