@@ -15,7 +15,7 @@ from collections.abc import Callable
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
-from client_app import evaluation, identify
+from client_app import evaluation, identify, watchdog
 from client_app.methods import fedavg
 from strategies.shared.fusion import fuse_reply, is_fused, split_request
 from strategies.shared.registry import METHODS, ClientHandler, Method
@@ -23,6 +23,7 @@ from strategies.shared.registry import METHODS, ClientHandler, Method
 Handler = Callable[[Message, Context], Message]
 
 app = ClientApp()
+watchdog.start()  # a deployed ClientApp process exits once its SuperNode/executor is gone
 
 
 def with_evaluation(train: Handler) -> Handler:

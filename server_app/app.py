@@ -17,6 +17,7 @@ from models import build_model
 from server_app.callbacks import RunCallback
 from server_app.checkpoint import CheckpointStore
 from server_app.reporting import RunRecorder
+from server_app.run_lock import OwnershipCheck, RunLock
 from server_app.runner import FederationRunner
 from strategies.shared.settings import ConfigError
 from strategies.shared.run_config import RunConfig
@@ -85,13 +86,15 @@ def run(grid: Grid, cfg: RunConfig, connect_timeout: float = 300.0,
              cfg.dataset, cfg.partition, cfg.num_clients, cfg.num_rounds, directory)
     strategy = build_strategy(cfg)  # may reject inputs (e.g. a graph file): before writing anything
     checkpoints = CheckpointStore(directory / "checkpoints")
-    check_run_directory(cfg, directory, checkpoints)
-    recorder = RunRecorder(directory, cfg.flat(), fresh=not cfg.resume)
-    runner = FederationRunner(grid, cfg, strategy, recorder, ground_truth(cfg), checkpoints,
-                              callbacks)
-    runner.connect(timeout=connect_timeout)
-    summary = runner.run(initial_arrays(cfg), resume=cfg.resume)
-    recorder.finish(summary.pop("clients"), summary)
+    with RunLock(directory) as lock:  # one live ServerApp per run directory (server_app/run_lock.py)
+        check_run_directory(cfg, directory, checkpoints)
+        recorder = RunRecorder(directory, cfg.flat(), fresh=not cfg.resume)
+        runner = FederationRunner(grid, cfg, strategy, recorder, ground_truth(cfg), checkpoints,
+                                  [*callbacks, OwnershipCheck(lock)])
+        runner.connect(timeout=connect_timeout)
+        summary = runner.run(initial_arrays(cfg), resume=cfg.resume)
+        lock.verify()
+        recorder.finish(summary.pop("clients"), summary)
     return summary
 
 

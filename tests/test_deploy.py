@@ -227,8 +227,8 @@ def test_outcome_cli_fails_loudly_without_a_superlink(tmp_path):
     result = subprocess.run([sys.executable, "-m", "server_app.harness.outcome", str(REPO), "nowhere",
                              "--timeout", "60"], capture_output=True, text=True, cwd=REPO,
                             env={**__import__("os").environ, "FLWR_HOME": str(tmp_path)})
-    assert result.returncode == 1
-    assert "did not start a run" in result.stderr
+    assert result.returncode == 3  # outcome's "the SuperLink cannot be reached"
+    assert "the SuperLink cannot be reached: `flwr run` did not start a run" in result.stderr
 
 
 # --- node data root and devices --------------------------------------------------------------

@@ -9,7 +9,14 @@ Layout (Flower 1.39): SuperNodes dial the SuperLink's Fleet API (gRPC, `FLEET_PO
 ECDSA key registered with `flwr supernode register`; `flwr` (CLI) and the ServerApp executor use the
 SuperLink's HTTPS API (`CONTROL_PORT`). Apps run in `--isolation process`: one `flower-superexec` beside
 the SuperLink (ServerApp) and one beside each SuperNode (ClientApp), each talking to its neighbour's
-runtime API on loopback, so only the Fleet and Control ports are exposed.
+runtime API on loopback.
+
+Only the Fleet port is exposed. The HTTPS API serves both the Control API (`flwr run`: whoever reaches
+it runs code on every SuperNode; the open-source SuperLink checks no client certificate and has no
+accounts) and the Runtime API, so it listens on 127.0.0.1 (`CONTROL_HOST`): runs are submitted on the
+SuperLink machine or through an SSH tunnel (docs/runbook.md). With a SuperExec secret file
+(`--superexec-auth-secret-file`, the same bytes on both sides) an executor's requests to a runtime API
+are signed, so another local process cannot take a run's tasks.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from dataclasses import dataclass
 
 FLEET_PORT = 9092  # SuperLink Fleet API (gRPC-rere): SuperNodes connect here
 CONTROL_PORT = 8000  # SuperLink Control + Runtime API (HTTPS): `flwr` CLI and the ServerApp executor
+CONTROL_HOST = "127.0.0.1"  # where that API listens: the SuperLink machine only (SSH tunnel to submit)
 CLIENTAPP_PORT = 9094  # a SuperNode's runtime API for its ClientApp executor (loopback only)
 FLOWER_VERSION = "1.39.0"  # tag of the official flwr/* images (pyproject pins flwr>=1.39,<1.40)
 
@@ -43,10 +51,17 @@ class Tls:
         return cls(f"{directory}/ca.crt", f"{directory}/server.pem", f"{directory}/server.key")
 
 
+def _secret(secret_file: str) -> list[str]:
+    """Flower's SuperExec shared secret (a file of random bytes), when one is given."""
+    return ["--superexec-auth-secret-file", secret_file] if secret_file else []
+
+
 def superlink(tls: Tls, database: str, fleet_address: str = f"0.0.0.0:{FLEET_PORT}",
-              host: str = "0.0.0.0", port: int = CONTROL_PORT) -> list[str]:
+              host: str = CONTROL_HOST, port: int = CONTROL_PORT, secret_file: str = "",
+              ) -> list[str]:
     """`flower-superlink` with TLS on every API, SuperNode authentication, registrations kept in
-    `database`, and apps run by a separate executor (`serverapp_executor`)."""
+    `database`, apps run by a separate executor (`serverapp_executor`), and its Control + Runtime
+    API on `host` (loopback unless a caller opens it)."""
     return [
         "flower-superlink",
         "--ssl-ca-certfile", tls.ca_cert,
@@ -58,16 +73,19 @@ def superlink(tls: Tls, database: str, fleet_address: str = f"0.0.0.0:{FLEET_POR
         "--fleet-api-address", fleet_address,
         "--host", host,
         "--port", str(port),
+        *_secret(secret_file),
     ]
 
 
-def serverapp_executor(tls: Tls, superlink_runtime: str = f"127.0.0.1:{CONTROL_PORT}") -> list[str]:
+def serverapp_executor(tls: Tls, superlink_runtime: str = f"127.0.0.1:{CONTROL_PORT}",
+                       secret_file: str = "") -> list[str]:
     """`flower-superexec` that starts the ServerApp of each run; it reaches the SuperLink's runtime
     API over TLS (the certificate's SANs include 127.0.0.1)."""
     return [
         "flower-superexec",
         "--root-certificates", tls.ca_cert,
         "--runtime-api-address", superlink_runtime,
+        *_secret(secret_file),
     ]
 
 
@@ -81,7 +99,8 @@ def node_config(partition_id: int, num_partitions: int, data_root: str = "") -> 
 
 
 def supernode(tls: Tls, superlink_fleet: str, private_key: str, partition_id: int,
-              num_partitions: int, data_root: str = "", port: int = CLIENTAPP_PORT) -> list[str]:
+              num_partitions: int, data_root: str = "", port: int = CLIENTAPP_PORT,
+              secret_file: str = "") -> list[str]:
     """`flower-supernode` authenticated by `private_key`, trusting the CA, dialling the Fleet API;
     its runtime API stays on loopback for its executor (`clientapp_executor`)."""
     return [
@@ -92,12 +111,14 @@ def supernode(tls: Tls, superlink_fleet: str, private_key: str, partition_id: in
         "--isolation", "process",
         "--port", str(port),
         "--node-config", node_config(partition_id, num_partitions, data_root),
+        *_secret(secret_file),
     ]
 
 
-def clientapp_executor(port: int = CLIENTAPP_PORT) -> list[str]:
+def clientapp_executor(port: int = CLIENTAPP_PORT, secret_file: str = "") -> list[str]:
     """`flower-superexec` that starts the ClientApp for each message its SuperNode receives."""
-    return ["flower-superexec", "--insecure", "--runtime-api-address", f"127.0.0.1:{port}"]
+    return ["flower-superexec", "--insecure", "--runtime-api-address", f"127.0.0.1:{port}",
+            *_secret(secret_file)]
 
 
 # --- Docker Compose -------------------------------------------------------------------------------
@@ -182,19 +203,27 @@ def compose_yaml(num_supernodes: int) -> str:
     return COMPOSE_HEADER.format(n=num_supernodes) + body
 
 
+SECRET_FILE = "superexec.secret"  # per machine: shared by its SuperLink/SuperNode and executor
+MAKE_SECRET = f"[ -s {SECRET_FILE} ] || (umask 077 && openssl rand -out {SECRET_FILE} 32)"
+
+
 def bare_metal(superlink_host: str, num_supernodes: int, certs: str, keys: str,
                data_root: str) -> str:
-    """The commands to run on each machine, as shell lines."""
+    """The commands to run on each machine, as shell lines. Each machine makes its own SuperExec
+    secret; the SuperLink's Control API is reached on its machine or through an SSH tunnel."""
     tls = Tls.in_dir(certs)
     fleet = f"{superlink_host}:{FLEET_PORT}"
     settings = " ".join(f"{key}={shlex.quote(value)}" for key, value in EXECUTOR_ENV.items())
-    lines = ["# SuperLink machine", shlex.join(superlink(tls, "state.db")),
-             f"{settings} {shlex.join(serverapp_executor(tls))}"]
+    lines = ["# SuperLink machine", MAKE_SECRET,
+             shlex.join(superlink(tls, "state.db", secret_file=SECRET_FILE)),
+             f"{settings} {shlex.join(serverapp_executor(tls, secret_file=SECRET_FILE))}",
+             f"# submit runs on this machine (address 127.0.0.1:{CONTROL_PORT}), or elsewhere "
+             f"through a tunnel: ssh -N -L {CONTROL_PORT}:127.0.0.1:{CONTROL_PORT} {superlink_host}"]
     for i in range(num_supernodes):
-        lines += [f"# SuperNode machine {i}",
+        lines += [f"# SuperNode machine {i}", MAKE_SECRET,
                   shlex.join(supernode(Tls(f"{certs}/ca.crt"), fleet, f"{keys}/supernode-{i}", i,
-                                       num_supernodes, data_root)),
-                  f"{settings} {shlex.join(clientapp_executor())}"]
+                                       num_supernodes, data_root, secret_file=SECRET_FILE)),
+                  f"{settings} {shlex.join(clientapp_executor(secret_file=SECRET_FILE))}"]
     return "\n".join(lines)
 
 

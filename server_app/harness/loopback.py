@@ -79,6 +79,14 @@ class LoopbackFederation:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
+    def secret(self, home: str) -> str:
+        """The SuperExec shared secret of one machine (its FLWR_HOME), made on first use."""
+        path = self.home(home) / deploy.SECRET_FILE
+        if not path.exists():
+            path.write_bytes(os.urandom(32))
+            path.chmod(0o600)
+        return str(path)
+
     def env(self, home: str = "cli") -> dict[str, str]:
         return {**os.environ, "FLWR_HOME": str(self.home(home)), "FLWR_TELEMETRY_ENABLED": "0",
                 "FLWR_DISABLE_UPDATE_CHECK": "1", "PYTHONUNBUFFERED": "1", **self.env_extra}
@@ -147,19 +155,27 @@ class LoopbackFederation:
             f'address = "127.0.0.1:{self.control_port}"\n'
             f'root-certificates = "{self.certs / "ca.crt"}"\n'
         )
-        link = self.spawn("superlink", deploy.superlink(
-            self.tls, str(self.home("superlink") / "state.db"),
-            fleet_address=f"{'0.0.0.0' if names else '127.0.0.1'}:{self.fleet_port}",
-            host="127.0.0.1", port=self.control_port), "superlink")
-        self._wait_port(self.control_port, link)
-        self._wait_port(self.fleet_port, link)
-        self.spawn("superexec-serverapp", deploy.serverapp_executor(
-            self.tls, f"127.0.0.1:{self.control_port}"), "superlink")
+        self.start_superlink()
         for i in range(self.num_supernodes):
             self.node_ids[i] = self.register(self.keys / f"supernode-{i}.pub", f"site-{i}")
         for i in range(self.num_supernodes):
             self.start_supernode(i, prefix=(supernode_prefix or {}).get(i))
         return self
+
+    def start_superlink(self) -> Proc:
+        """The SuperLink (Control API on 127.0.0.1, its database under `superlink/`) and its
+        ServerApp executor; also how a test restarts them with the same flags and database."""
+        link = self.spawn("superlink", deploy.superlink(
+            self.tls, str(self.home("superlink") / "state.db"),
+            fleet_address=f"{'127.0.0.1' if self.host in ('127.0.0.1', 'localhost') else '0.0.0.0'}"
+                          f":{self.fleet_port}",
+            port=self.control_port, secret_file=self.secret("superlink")), "superlink")
+        self._wait_port(self.control_port, link)
+        self._wait_port(self.fleet_port, link)
+        if "superexec-serverapp" not in self.procs:
+            self.spawn("superexec-serverapp", deploy.serverapp_executor(
+                self.tls, f"127.0.0.1:{self.control_port}", self.secret("superlink")), "superlink")
+        return link
 
     def register(self, public_key: Path, name: str) -> int:
         """`flwr supernode register`: the node id the SuperLink assigned to this key."""
@@ -179,11 +195,12 @@ class LoopbackFederation:
         home = f"supernode-{i}"
         node = self.spawn(home, deploy.supernode(
             deploy.Tls(str(self.certs / "ca.crt")), f"{self.host}:{self.fleet_port}",
-            str(key or self.keys / f"supernode-{i}"), i, self.num_supernodes, port=port),
-            home, prefix)
+            str(key or self.keys / f"supernode-{i}"), i, self.num_supernodes, port=port,
+            secret_file=self.secret(home)), home, prefix)
         if not prefix:  # inside a network namespace the port is not visible from here; the
             self._wait_port(port, node)  # executor retries its connection until it is up
-        self.spawn(f"superexec-clientapp-{i}", deploy.clientapp_executor(port), home, prefix)
+        self.spawn(f"superexec-clientapp-{i}", deploy.clientapp_executor(port, self.secret(home)),
+                   home, prefix)
         return node
 
     def stop_supernode(self, i: int, sig: int = signal.SIGTERM) -> None:
