@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 
 from server_app.harness import deploy
+from server_app.harness.loopback import free_port
 from server_app.harness.outcome import run_config_arg
 from server_app.harness.simulate import simulate
 from tests.conftest import REPO
@@ -135,7 +136,7 @@ class Demo:
     def __init__(self, root: Path, env: dict[str, str]):
         self.root = root
         self.env = {**env, "BOUQUET_APP": str(REPO), "BOUQUET_DATA": str(root / "data"),
-                    "BOUQUET_FLEET_PUBLISH": f"127.0.0.1:{deploy.FLEET_PORT}"}
+                    "BOUQUET_FLEET_PUBLISH": f"127.0.0.1:{free_port()}"}  # not 9092: no clash
         if not all(sh("docker", "image", "inspect", f"flwr/{role}:{deploy.FLOWER_VERSION}",
                       env=env, check=False).returncode == 0
                    for role in ("superlink", "supernode", "superexec")):
@@ -261,7 +262,9 @@ def test_compose_demo_end_to_end(docker, tmp_path):
         # nor anyone dialling the SuperLink container's address reaches the HTTP API.
         link = demo.container("superlink")
         published = sh("docker", "port", link, env=env).stdout.split()
-        assert published == [f"{deploy.FLEET_PORT}/tcp", "->", f"127.0.0.1:{deploy.FLEET_PORT}"]
+        host_port = demo.env["BOUQUET_FLEET_PUBLISH"]  # 127.0.0.1:<free port>
+        assert published == [f"{deploy.FLEET_PORT}/tcp", "->", host_port]
+        assert host_connects("127.0.0.1", int(host_port.rsplit(":", 1)[1]))
         node0 = demo.container("supernode-0")
         assert connects(env, node0, "superlink", deploy.FLEET_PORT)
         assert not connects(env, node0, "superlink", deploy.CONTROL_PORT)

@@ -51,6 +51,9 @@ if [[ $local_bases == 1 ]]; then
         echo "debootstrap bookworm -> $debian"
         debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates bookworm \
             "$root" >/dev/null
+        # package caches and lists, documentation: not needed at run time (~140 MB)
+        rm -rf "$root"/var/cache/apt/* "$root"/var/lib/apt/lists/* "$root"/usr/share/doc/* \
+            "$root"/usr/share/man/* "$root"/usr/share/locale/*
         tar -C "$root" -c . | docker import - "$debian" >/dev/null
         rm -rf "$root"
     fi
