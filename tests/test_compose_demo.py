@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -153,19 +154,20 @@ class Demo:
     def container(self, service: str) -> str:
         return self.compose("ps", "-q", service).stdout.strip()
 
-    def nodes(self) -> dict[str, dict]:
+    def nodes(self) -> dict[int, str]:
+        """node id -> status (`online`, `offline`, ...) as the SuperLink lists them."""
         listing = json.loads(self.cli("flwr", "supernode", "list", deploy.COMPOSE_CONNECTION,
                                       "--format", "json").stdout)
-        return {n["name"]: n for n in listing["nodes"]}
+        return {int(n["node-id"]): n["status"] for n in listing["nodes"]}
 
-    def wait_online(self, names: set[str], timeout: float = 180) -> dict[str, dict]:
+    def wait_status(self, ids: set[int], status: str, timeout: float = 180) -> None:
         deadline = time.monotonic() + timeout
         while True:
             nodes = self.nodes()
-            if all(nodes.get(n, {}).get("status") == "online" for n in names):
-                return nodes
+            if all(nodes.get(i) == status for i in ids):
+                return
             if time.monotonic() > deadline:
-                raise AssertionError(f"not all of {sorted(names)} online: {nodes}\n"
+                raise AssertionError(f"not all of {sorted(ids)} {status}: {nodes}\n"
                                      f"{self.compose('logs', '--tail', '30').stdout[-4000:]}")
             time.sleep(3)
 
@@ -234,6 +236,10 @@ def test_compose_demo_end_to_end(docker, tmp_path):
     local_bases = ["--local-bases"] if "FLWR_IMAGES" in demo.env else []
     sh("bash", str(REPO / "docker/scripts/build_images.sh"), *local_bases, env=env, timeout=1800)
     timings["build"] = time.monotonic() - started - timings["wheels"]
+    print(sh("docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}} {{.Size}}",
+             env=env).stdout)
+    print(sh("docker", "version", "--format", "Docker {{.Server.Version}}", env=env).stdout,
+          sh("docker-compose", "version", "--short", env=env).stdout)
 
     sh("bash", str(REPO / "docker/scripts/gen_certs.sh"), str(root / "certs"), "superlink")
     sh("bash", str(REPO / "docker/scripts/gen_keys.sh"), str(root / "keys"), str(NODES))
@@ -244,16 +250,17 @@ def test_compose_demo_end_to_end(docker, tmp_path):
     try:
         up = time.monotonic()
         demo.compose("up", "-d", "--no-build", "superlink", "superexec-serverapp")
-        deadline = time.monotonic() + 120
-        while (registered := demo.cli("bash", "/src/docker/scripts/register_keys.sh",
-                                      deploy.COMPOSE_CONNECTION, deploy.CONTAINER_KEYS,
-                                      check=False)).returncode != 0:
-            assert time.monotonic() < deadline, registered.stdout + registered.stderr
+        deadline = time.monotonic() + 120  # the Control API answers once the SuperLink is up
+        while (listed := demo.cli("flwr", "supernode", "list", deploy.COMPOSE_CONNECTION,
+                                  check=False)).returncode != 0:
+            assert time.monotonic() < deadline, listed.stdout + listed.stderr
             time.sleep(3)
+        registered = demo.cli("bash", f"{deploy.CONTAINER_APP}/docker/scripts/register_keys.sh",
+                              deploy.COMPOSE_CONNECTION, deploy.CONTAINER_KEYS).stdout
+        node_ids = [int(n) for n in re.findall(r"SuperNode (\d+) registered", registered)]
+        assert len(set(node_ids)) == NODES, registered  # site-0, site-1, site-2 in this order
         demo.compose("up", "-d", "--no-build")
-        sites = {f"site-{i}" for i in range(NODES)}
-        node_ids = {name: n["node-id"] for name, n in demo.wait_online(sites).items()
-                    if name in sites}
+        demo.wait_status(set(node_ids), "online")
         timings["up"] = time.monotonic() - up
 
         # Closed control port: only the Fleet API is published, and neither a SuperNode container
@@ -284,13 +291,9 @@ def test_compose_demo_end_to_end(docker, tmp_path):
         # starts again: the same key, so the same node id; the same node config, so the same
         # client; the next run trains all 3 clients and again equals the in-process run.
         demo.compose("stop", "supernode-1", "superexec-clientapp-1")
-        deadline = time.monotonic() + 120
-        while demo.nodes()["site-1"]["status"] == "online":
-            assert time.monotonic() < deadline, "site-1 still online after its container stopped"
-            time.sleep(3)
+        demo.wait_status({node_ids[1]}, "offline", timeout=120)
         demo.compose("start", "supernode-1", "superexec-clientapp-1")
-        after = demo.wait_online(sites)
-        assert {name: after[name]["node-id"] for name in sites} == node_ids
+        demo.wait_status(set(node_ids), "online")  # the same key: the same node id
         out = run_and_fetch(demo, "fedavg-after-restart", tmp_path / "runs")
         assert_equals_in_process(out, tmp_path / "again")
     finally:

@@ -10,7 +10,8 @@
 #                FLWR_IMAGES=bouquet-base with docker compose (this script exports it for its build).
 # If $BOUQUET_WHEELS (default docker/wheels/) holds wheels (docker/scripts/fetch_wheels.sh), every
 # `pip install` of the build
-# takes them from there (served on 127.0.0.1 for the build, with --network host) and nothing from an
+# takes them from there (served on 127.0.0.1:$BOUQUET_WHEELS_PORT, default 47123, for the build, with
+# --network host) and nothing from an
 # index; otherwise pip uses its index as usual. Needs root (debootstrap) for --local-bases.
 # COMPOSE overrides the Compose command (default: `docker compose` if present, else `docker-compose`).
 set -euo pipefail
@@ -31,7 +32,12 @@ wheels=${BOUQUET_WHEELS:-docker/wheels}
 pip_options=""
 network=default
 if compgen -G "$wheels/*.whl" >/dev/null; then
-    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    # A fixed port: the pip options are build arguments, and a changed argument defeats the cache.
+    port=${BOUQUET_WHEELS_PORT:-47123}
+    if python3 -c "import socket; socket.create_connection(('127.0.0.1', $port), 1)" 2>/dev/null; then
+        echo "127.0.0.1:$port is in use: set BOUQUET_WHEELS_PORT to a free port" >&2
+        exit 1
+    fi
     python3 -m http.server --bind 127.0.0.1 --directory "$wheels" "$port" >/dev/null 2>&1 &
     server=$!
     trap 'kill "$server" 2>/dev/null || true' EXIT
