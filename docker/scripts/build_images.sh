@@ -9,10 +9,9 @@
 #                and reused), for machines that cannot pull flwr/* from Docker Hub. Then use
 #                FLWR_IMAGES=bouquet-base with docker compose (this script exports it for its build).
 # If $BOUQUET_WHEELS (default docker/wheels/) holds wheels (docker/scripts/fetch_wheels.sh), every
-# `pip install` of the build
-# takes them from there (served on 127.0.0.1:$BOUQUET_WHEELS_PORT, default 47123, for the build, with
-# --network host) and nothing from an
-# index; otherwise pip uses its index as usual. Needs root (debootstrap) for --local-bases.
+# `pip install` of the build takes them from there (served on 127.0.0.1:$BOUQUET_WHEELS_PORT, default
+# 47123, for the build, with --network host) and nothing from an index; otherwise pip uses its index
+# as usual. Needs root (debootstrap) for --local-bases.
 # COMPOSE overrides the Compose command (default: `docker compose` if present, else `docker-compose`).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
