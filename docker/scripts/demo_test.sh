@@ -12,8 +12,7 @@ out=docker/demo-transcript.txt
 python=${PYTHON:-python}
 {
     echo "# docker/scripts/demo_test.sh, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD)"
-    echo "# $(nproc) CPU cores; $(docker --version 2>/dev/null || echo 'docker: not installed yet')"
-    echo "# $(docker-compose version --short 2>/dev/null | sed 's/^/docker-compose /' || true)"
+    echo "# $(nproc) CPU cores, $(. /etc/os-release && echo "$PRETTY_NAME")"
     echo
 } > "$out"
 status=0
