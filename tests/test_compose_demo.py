@@ -205,6 +205,7 @@ def run_and_fetch(demo: Demo, run_name: str, into: Path) -> Path:
     assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     assert "finished:completed" in result.stdout
     server = demo.container("superexec-serverapp")
+    into.mkdir(parents=True, exist_ok=True)  # `docker cp` then copies the folder into it
     sh("docker", "cp", f"{server}:{deploy.CONTAINER_OUTPUTS}/{run_name}", str(into), env=demo.env)
     return into / run_name
 
