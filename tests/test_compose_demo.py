@@ -168,7 +168,7 @@ class Demo:
                 return
             if time.monotonic() > deadline:
                 raise AssertionError(f"not all of {sorted(ids)} {status}: {nodes}\n"
-                                     f"{self.compose('logs', '--tail', '30').stdout[-4000:]}")
+                                     f"{self.compose('logs', '--no-color', '--tail', '30').stdout[-4000:]}")
             time.sleep(3)
 
 
@@ -239,8 +239,8 @@ def test_compose_demo_end_to_end(docker, tmp_path):
     timings["build"] = time.monotonic() - started - timings["wheels"]
     print(sh("docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}} {{.Size}}",
              env=env).stdout)
-    print(sh("docker", "version", "--format", "Docker {{.Server.Version}}", env=env).stdout,
-          sh("docker-compose", "version", "--short", env=env).stdout)
+    print(sh("docker", "version", "--format", "Docker {{.Server.Version}}", env=env).stdout.strip()
+          + ", docker-compose " + sh("docker-compose", "version", "--short", env=env).stdout)
 
     sh("bash", str(REPO / "docker/scripts/gen_certs.sh"), str(root / "certs"), "superlink")
     sh("bash", str(REPO / "docker/scripts/gen_keys.sh"), str(root / "keys"), str(NODES))
@@ -298,7 +298,7 @@ def test_compose_demo_end_to_end(docker, tmp_path):
         out = run_and_fetch(demo, "fedavg-after-restart", tmp_path / "runs")
         assert_equals_in_process(out, tmp_path / "again")
     finally:
-        logs = demo.compose("logs", "--tail", "40", check=False).stdout
+        logs = demo.compose("logs", "--no-color", "--tail", "40", check=False).stdout
         demo.compose("down", "--volumes", "--remove-orphans", timeout=300, check=False)
         print(logs[-6000:])
     assert project_leftovers(env) == {"containers": "", "networks": "", "volumes": ""}
