@@ -150,7 +150,7 @@ def library_versions() -> dict[str, str]:
 
 def code_version() -> dict[str, Any]:
     """The commit (plus whether the tree had local changes) and Bouquet's code fingerprint."""
-    from strategies.contracts.provenance import code_fingerprint
+    from strategies.shared.provenance import code_fingerprint
 
     out: dict[str, Any] = {"code-fingerprint": code_fingerprint()}
     try:
@@ -175,9 +175,9 @@ def set_threads(threads: int) -> None:
 # --- running --------------------------------------------------------------------------------------
 def _check(methods: Sequence[str], overrides: dict[str, Any]) -> None:
     """Fail before the first (possibly long) run: unknown method, reserved or invalid key."""
-    from strategies.contracts.run import default_run_config
-    from strategies.contracts.run import RunConfig
-    from strategies.registry import method_names
+    from strategies.shared.run_config import default_run_config
+    from strategies.shared.run_config import RunConfig
+    from strategies.shared.registry import method_names
 
     if not methods:
         raise ValueError("no methods given")
@@ -210,10 +210,10 @@ def compare(
     Returns one summary per method (as `simulate` returns it, plus `wall-seconds` and `curve`:
     the per-round records of rounds.jsonl reduced to round, seconds and accuracies).
     """
-    from strategies.contracts.run import RunConfig
+    from strategies.shared.run_config import RunConfig
     from server_app.report_page import write_comparison_report
     from server_app.harness.simulate import simulate
-    from strategies.contracts.run import default_run_config
+    from strategies.shared.run_config import default_run_config
 
     methods = list(methods)
     overrides = dict(overrides)
