@@ -1,7 +1,8 @@
-"""Deployment speed: Bouquet's fedavg against a minimal Flower FedAvg app on the same deployment.
+"""Deployment speed: Bouquet's fedavg against a minimal Flower FedAvg app on the same deployment,
+and every method against deployed fedavg.
 
     python -m benchmarks.deploy_speed --name deploy-speed-side-by-side [--pairs 3] [--rounds 5]
-        [--methods flt sfl fedcg fedska] [--default-poll]
+        [--methods fedprox ditto ... local] [--default-poll]
 
 One `server_app.harness.loopback` deployment (SuperLink + 3 SuperNodes, TLS + SuperNode auth, on loopback,
 the README's command lines) serves every run of the session. Runs alternate: Bouquet `fedavg`, then
@@ -9,6 +10,12 @@ the minimal Flower app (`benchmarks/minimal_flower_app`: Flower's own `FedAvg` a
 torch CNN, digits data, samples per client and local epoch, no Bouquet code), `--pairs` times with
 the order swapped every pair. Then each of `--methods` once. With `--default-poll` a second
 deployment with Flower's default executor poll (1.0 s) runs one more pair, to measure that setting.
+
+Per method (the methods table): seconds per round *averaged* over rounds 1..R of its run (rounds
+with an extra exchange, such as FedCG's teacher replacements, count as they come), the phases of
+every round (rounds.jsonl `phases`; the last round's includes the final evaluation), and the ratio to
+the mean of the `bouquet fedavg` runs of the same session. FedCG runs with a teacher period of 2
+(`METHOD_SETTINGS`), so that R ≥ 4 rounds cover two teacher periods.
 
 Seconds per round: Bouquet's `seconds` of rounds 1..R from rounds.jsonl (a round = its one phase,
 which also carries the previous round's evaluation; the last round includes the final evaluation);
@@ -43,14 +50,19 @@ JOB = {"method": "fedavg", "dataset": "digits", "model": "cnn", "partition": "ii
        "num-clients": 3, "max-samples-per-client": SAMPLES, "test-fraction": 0.2, "lr": 0.05,
        "batch-size": 32, "local-epochs": 1, "client-threads": 1, "finetune-epochs": 0,
        "checkpoint-every": 0, "round-timeout": 300.0}
-METHOD_SETTINGS = {  # small but complete settings of the graph methods for 3 clients
+METHOD_SETTINGS = {  # small but complete settings for 3 clients (FedCG: a teacher period of 2)
+    "ifca": {"ifca.clusters": 2},
+    "fedsem": {"fedsem.clusters": 2},
     "flt": {"flt.latent-dim": 16, "flt.ae-epochs": 1},
     "sfl": {"partition": "shards"},
+    "sfl-star": {"partition": "shards", "sfl.gl-k": 2},
     "fedcg": {"partition": "domains", "domain-test-clients": 0.34, "batch-size": 10,
               "fedcg.teacher-period": 2, "fedcg.adj-warmup": 1, "fedcg.bottleneck": 8,
               "fedcg.domain-stride": 2},
     "fedska": {"partition": "shards"},
 }
+METHODS = ["fedprox", "ditto", "ifca", "fedsem", "flt", "sfl", "sfl-star", "fedska", "fedcg", "fedu",
+           "fedper", "lg-fedavg", "local"]  # besides fedavg, which the pairs run
 
 
 FAILURES: list[dict] = []  # runs Flower ended as failed (each retried once)
@@ -151,6 +163,7 @@ def report(rows: list[dict], args: argparse.Namespace) -> str:
         if b is not None and f is not None:
             lines.append(f"| {poll}{' (shipped)' if poll == chosen else ' (Flower default)'} | "
                          f"{b:.2f} | {f:.2f} | **{b / f:.2f}** |")
+    lines += methods_table(rows)
     lines += ["", "Every run, in order:", "",
               "| run | executor poll (s) | s/round (median) | rounds 1..R (s) | phases per round "
               "(round 0..R) | final accuracy (%) | flwr run wall (s) | load before → after |",
@@ -166,6 +179,34 @@ def report(rows: list[dict], args: argparse.Namespace) -> str:
         lines.append(f"\nFailed and retried: {failure['side']} (load {failure['load-before']:.1f}): "
                      f"{failure['error']}")
     return "\n".join(lines) + "\n"
+
+
+def methods_table(rows: list[dict]) -> list[str]:
+    """Each Bouquet method's mean seconds per round over its run, its phases per round and its
+    ratio to the mean of the fedavg runs (same session, the shipped executor poll)."""
+    chosen = deploy.EXECUTOR_ENV["FLWR_SUPEREXEC_TASK_POLL_INTERVAL"]
+    runs = [r for r in rows if r["side"].startswith("bouquet ") and r["poll"] == chosen]
+    fedavg = [statistics.mean(r["seconds"]) for r in runs if r["side"] == "bouquet fedavg"]
+    if not runs or not fedavg:
+        return []
+    base = statistics.mean(fedavg)
+    lines = ["", "Every method, deployed (mean s/round over rounds 1..R of the run; fedavg: the mean of "
+             f"its {len(fedavg)} run(s)); phases of rounds 1..R (the last includes the final "
+             "evaluation):", "",
+             "| method | s/round (mean over the run) | ratio to fedavg | phases per round (1..R) | "
+             "most phases in a round before the last |", "|---|---:|---:|---|---:|"]
+    seen = []
+    for r in runs:
+        method = r["side"].removeprefix("bouquet ")
+        if method in seen:
+            continue
+        seen.append(method)
+        same = [statistics.mean(x["seconds"]) for x in runs if x["side"] == r["side"]]
+        mean = statistics.mean(same)
+        phases = [p for p in r["phases"][1:] if p is not None]
+        lines.append(f"| {method} | {mean:.2f} | {mean / base:.2f} | "
+                     f"{', '.join(str(p) for p in phases)} | {max(phases[:-1], default=0)} |")
+    return lines
 
 
 def save(rows: list[dict]) -> None:
@@ -184,7 +225,7 @@ def main() -> None:
     parser.add_argument("--name", default="deploy-speed-side-by-side")
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--methods", nargs="*", default=["flt", "sfl", "fedcg", "fedska"])
+    parser.add_argument("--methods", nargs="*", default=METHODS)
     parser.add_argument("--default-poll", action="store_true",
                         help="also one pair with Flower's default executor poll (1.0 s)")
     args = ARGS = parser.parse_args()

@@ -42,8 +42,16 @@ CASES: dict[str, dict[str, Any]] = {
     "fedcg": {"model": "cnn", "partition": "domains", "domain-family": "styles",
               "domains-per-client": 2, "domain-test-clients": 0.34, "max-samples-per-client": 40,
               "batch-size": 10, "fedcg.domains": 2, "fedcg.teacher-period": 2,
-              "fedcg.adj-warmup": 1, "fedcg.bottleneck": 8, "fedcg.sinkhorn-iters": 3},
-    "fedska": {"fedska.k": 2, "fedska.structure-steps": 2},
+              "fedcg.adj-warmup": 1, "fedcg.bottleneck": 8, "fedcg.sinkhorn-iters": 3,
+              "fedcg.balance-schedule": "exchange"},  # one exchange per Sinkhorn scaling (§6.9)
+    "fedcg-sampled": {"method": "fedcg", "model": "cnn", "partition": "domains",  # the default schedule
+                      "domain-family": "styles", "domains-per-client": 2, "domain-test-clients": 0.34,
+                      "max-samples-per-client": 40, "batch-size": 10, "fedcg.domains": 2,
+                      "fedcg.teacher-period": 2, "fedcg.adj-warmup": 1, "fedcg.bottleneck": 8,
+                      "fedcg.sinkhorn-iters": 3, "fedcg.balance-sample": 8},
+    "fedska": {"fedska.k": 2, "fedska.structure-steps": 2,
+               "fedska.schedule": "separate"},  # the paper's: embed and grad queries as phases
+    "fedska-fused": {"method": "fedska", "fedska.k": 2, "fedska.structure-steps": 2},  # the default
     "fedu": {},
     "fedu-reference": {"method": "fedu", "fedu.untrained": "initial"},  # untrained rows keep w0
 }

@@ -162,3 +162,23 @@ def test_minimal_flower_app_does_the_same_work_as_bouquet_fedavg(tmp_path):
     assert all(s > 0 for s in bouquet["seconds"] + flower["seconds"])
     assert bouquet["final-accuracy"] > 30.0  # it learned (10 classes: chance is 10%)
     assert bouquet["final-accuracy"] == pytest.approx(flower["final-accuracy"], abs=1e-6)
+
+
+def test_deploy_methods_table_averages_each_run_and_divides_by_fedavg():
+    """Seconds per round are the mean over the whole run (a round with extra exchanges counts as
+    it comes), the ratio is to the mean of the fedavg runs, phases are rounds 1..R's."""
+    from benchmarks.deploy_speed import methods_table
+    from server_app.harness import deploy
+
+    poll = deploy.EXECUTOR_ENV["FLWR_SUPEREXEC_TASK_POLL_INTERVAL"]
+    rows = [{"side": "bouquet fedavg", "poll": poll, "seconds": [10.0, 10.0, 10.0, 14.0],
+             "phases": [0, 1, 1, 1, 2]},
+            {"side": "minimal flower fedavg", "poll": poll, "seconds": [30.0], "phases": [2]},
+            {"side": "bouquet fedavg", "poll": poll, "seconds": [12.0, 12.0, 12.0, 12.0],
+             "phases": [0, 1, 1, 1, 2]},
+            {"side": "bouquet fedcg", "poll": poll, "seconds": [20.0, 10.0, 20.0, 16.0],
+             "phases": [0, 2, 1, 2, 3]}]
+    table = methods_table(rows)
+    assert "| fedavg | 11.50 | 1.00 | 1, 1, 1, 2 | 1 |" in table
+    assert "| fedcg | 16.50 | 1.43 | 2, 1, 2, 3 | 2 |" in table
+    assert not any("minimal" in line for line in table)

@@ -12,15 +12,19 @@ from torch.nn import functional as F
 
 from benchmarks.fedcg_cost import variant_messages
 from client_app.app import app as client_app
-from client_app.methods.fedcg import domain_logits, pseudo_domains, record_fingerprint, teacher_logits
+from client_app.methods.fedcg import (
+    SAMPLE_STREAM, domain_logits, pseudo_domains, record_fingerprint, teacher_logits,
+)
 from client_app.runtime import client_runtime
+from client_app.training import seeded_generator
 from models import build_model
 from models.fedcg import DomainClassifier, FedCGModel, FedCGSpec
 from strategies.shared.settings import ConfigError
 from strategies.shared.run_config import RunConfig
 from strategies.shared.run_config import default_run_config
 from strategies.methods.fedcg.domain_balance import (
-    Labelling, logit_moments, sinkhorn_labelling, soft_marginals, standardisation,
+    Labelling, logit_moments, logit_sample, sampled_marginals, sinkhorn_labelling, soft_marginals,
+    standardisation,
 )
 from strategies.methods.fedcg.server import FedCG, fedcg_for
 from strategies.shared.phases import run_phases
@@ -163,9 +167,15 @@ class _FakeClients:
             z = self.logits[m.metadata.dst_node_id]
             request = FedCGBalanceRequest.read(m.content[CONFIG])
             self.asked.append(request.statistic)
-            if request.statistic == "moments":
+            if request.statistic in ("moments", "sample"):
                 n, sums, squares = logit_moments(z)
-                answer = FedCGBalanceReply(num_examples=n, logit_sum=sums, logit_square_sum=squares)
+                rows = None
+                if request.statistic == "sample":
+                    generator = seeded_generator(request.seed, m.metadata.dst_node_id,
+                                                 request.teacher_version, SAMPLE_STREAM)
+                    rows = logit_sample(z, request.sample_size, generator).reshape(-1).tolist()
+                answer = FedCGBalanceReply(num_examples=n, logit_sum=sums, logit_square_sum=squares,
+                                           logit_sample=rows)
             else:
                 n, soft, hard = soft_marginals(z, Labelling.from_record(m.content[TEACHER_LABELLING], D))
                 answer = FedCGBalanceReply(num_examples=n, soft_sum=soft, hard_counts=hard)
@@ -210,7 +220,8 @@ def test_federated_offsets_equal_a_central_sinkhorn_on_the_union_of_the_logits()
     g = torch.Generator().manual_seed(2)
     logits = [torch.randn(n, D, generator=g) * torch.tensor([1.0, 2.0, 0.5, 1.5]) + torch.tensor([4.0, 0, 1, -1])
               for n in (30, 55, 12, 41)]
-    strategy, grid = _balanced_strategy(logits, **{"sinkhorn-iters": 12, "sinkhorn-temperature": 20.0})
+    strategy, grid = _balanced_strategy(logits, **{"sinkhorn-iters": 12, "sinkhorn-temperature": 20.0,
+                                                   "balance-schedule": "exchange"})
     assert grid.asked.count("moments") == 4 and grid.asked.count("marginals") == 4 * 12
     union = torch.cat(logits).double().numpy()
     zhat, b = _central_sinkhorn(union, 12, 20.0)
@@ -249,14 +260,49 @@ def test_sinkhorn_labelling_over_client_sums_equals_a_central_sinkhorn_and_stops
     assert silent.offset.tolist() == [0.0] * D and silent.temperature == 1.0 and report == {}
 
 
+def test_sampled_schedule_is_one_exchange_and_with_every_row_equals_the_exchange_schedule():
+    """balance-schedule=sampled: one `sample` query per client; when the sample holds every row
+    (balance-sample ≥ n_k) the labelling is the per-scaling exchange schedule's; with fewer rows the
+    n_k/m_k-scaled sample marginals still balance the hard labels of all the images."""
+    g = torch.Generator().manual_seed(7)
+    logits = [torch.randn(n, D, generator=g) * torch.tensor([1.0, 2.0, 0.5, 1.5]) + torch.tensor([4.0, 0, 1, -1])
+              for n in (30, 55, 12, 41)]
+    settings = {"sinkhorn-iters": 12, "sinkhorn-temperature": 20.0}
+    exchange, grid = _balanced_strategy(logits, **settings, **{"balance-schedule": "exchange"})
+    assert len(grid.asked) == 4 * 13
+    whole, grid = _balanced_strategy(logits, **settings, **{"balance-sample": 55})
+    assert grid.asked == ["sample"] * 4 and whole.balance_report["sampled-rows"] == 30 + 55 + 12 + 41
+    for field in ("mean", "scale", "offset"):
+        np.testing.assert_allclose(getattr(whole.labelling, field), getattr(exchange.labelling, field),
+                                   rtol=1e-9, atol=1e-9)
+    assert whole.labelling.temperature == exchange.labelling.temperature == 20.0
+    few, grid = _balanced_strategy(logits, **settings, **{"balance-sample": 8})
+    assert grid.asked == ["sample"] * 4 and few.balance_report["sampled-rows"] == 4 * 8
+    np.testing.assert_allclose(few.labelling.mean, exchange.labelling.mean, atol=1e-9)  # exact moments
+    assert not np.allclose(few.labelling.offset, exchange.labelling.offset)  # estimated from 32 rows
+    hist = np.bincount(few.labelling.pseudo_domains(torch.cat(logits)).numpy(), minlength=D)
+    assert hist.max() / hist.sum() <= 0.4, hist
+
+
+def test_sampled_marginals_weigh_each_client_by_its_images_and_stop_without_samples():
+    z = [torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64), torch.tensor([[2.0, 0.0]], dtype=torch.float64)]
+    labelling = Labelling(np.zeros(2), np.ones(2), np.zeros(2), 1.0)
+    counts, soft, hard = sampled_marginals([(10, z[0]), (3, z[1]), (5, z[0][:0])])(labelling)
+    assert counts == [10, 3] and hard == [[1, 1], [1, 0]]
+    np.testing.assert_allclose(soft[0], [5.0, 5.0])  # (10/2)·(softmax rows summed = [1, 1])
+    np.testing.assert_allclose(soft[1], 3.0 * torch.softmax(z[1][0], 0).numpy())
+    assert sampled_marginals([(4, z[0][:0])])(labelling) is None
+
+
 def test_a_teacher_with_every_image_in_one_domain_still_gives_balanced_hard_labels():
     g = torch.Generator().manual_seed(4)
     logits = [torch.randn(n, D, generator=g) * 0.3 + torch.tensor([6.0, 0.0, 0.0, 0.0]) for n in (80, 120, 60)]
     assert all(bool((z.argmax(dim=1) == 0).all()) for z in logits)  # collapsed without balancing
-    strategy, _ = _balanced_strategy(logits)  # shipped defaults: 30 steps to λ = 100
-    hist = np.bincount(strategy.labelling.pseudo_domains(torch.cat(logits)).numpy(), minlength=D)
-    assert hist.max() / hist.sum() <= 1 / D + 0.05, hist
-    assert strategy.balance_report["hard-histogram"] is not None
+    for schedule in ("exchange", "sampled"):  # shipped defaults: 30 steps to λ = 100
+        strategy, _ = _balanced_strategy(logits, **{"balance-schedule": schedule})
+        hist = np.bincount(strategy.labelling.pseudo_domains(torch.cat(logits)).numpy(), minlength=D)
+        assert hist.max() / hist.sum() <= 1 / D + (0.05 if schedule == "exchange" else 0.1), (schedule, hist)
+        assert strategy.balance_report["hard-histogram"] is not None
     centred, grid = _balanced_strategy(logits, balance="centering")
     assert grid.asked == ["moments"] * 3 and centred.labelling.temperature == 1.0
     plain, grid = _balanced_strategy(logits, balance="none")
@@ -282,19 +328,26 @@ def test_balance_query_reply_sums_the_teacher_logits_of_the_training_images():
     x, _ = rt.tensors("train")
     z = domain_logits(_classifier(message.content[TEACHER]), x).double()
     labelling = Labelling(np.zeros(D), np.ones(D), np.array([0.5, 0.0, -0.5, 0.0]), 3.0)
-    for statistic in ("moments", "marginals"):
+    for statistic in ("moments", "marginals", "sample"):
+        request = FedCGBalanceRequest(statistic=statistic)
+        if statistic == "sample":
+            request = FedCGBalanceRequest(statistic=statistic, sample_size=5, seed=3, teacher_version=2)
         content = {TEACHER: message.content[TEACHER], TEACHER_LABELLING: labelling.record(),
-                   CONFIG: FedCGBalanceRequest(statistic=statistic).config()}
+                   CONFIG: request.config()}
         request = Message(with_client(RecordDict(content), 0), dst_node_id=1, message_type=QUERY_FEDCG_BALANCE)
         request.metadata.__dict__["_message_id"] = f"balance-{statistic}"
         reply = client_app(request, _fresh(context))
         assert not reply.has_error(), reply.error
         answer = FedCGBalanceReply.read(reply.content[METRICS])
         assert answer.num_examples == len(x)
-        if statistic == "moments":
+        if statistic in ("moments", "sample"):
             np.testing.assert_allclose(answer.logit_sum, z.sum(dim=0).numpy(), rtol=1e-5)
             np.testing.assert_allclose(answer.logit_square_sum, (z * z).sum(dim=0).numpy(), rtol=1e-5)
-        else:
+        if statistic == "sample":  # 5 of the client's rows, drawn by (seed, client, teacher version)
+            rows = torch.tensor(answer.logit_sample, dtype=torch.float64).reshape(5, D)
+            picked = torch.randperm(len(x), generator=seeded_generator(3, rt.client_id, 2, SAMPLE_STREAM))[:5]
+            np.testing.assert_allclose(rows.numpy(), z[picked].numpy(), rtol=1e-6)
+        if statistic == "marginals":
             p = torch.softmax(3.0 * z + torch.tensor([0.5, 0.0, -0.5, 0.0], dtype=torch.float64), dim=1)
             np.testing.assert_allclose(answer.soft_sum, p.sum(dim=0).numpy(), rtol=1e-5)
             assert sum(answer.hard_counts) == len(x)
@@ -303,6 +356,7 @@ def test_balance_query_reply_sums_the_teacher_logits_of_the_training_images():
 def test_config_balance_modes_and_the_centering_alias():
     base = {**default_run_config(), "method": "fedcg", "model": "cnn"}
     assert RunConfig.from_flower(base).fedcg.balance == "sinkhorn"  # the shipped default
+    assert RunConfig.from_flower(base).fedcg.balance_schedule == "sampled"
     alias = RunConfig.from_flower({**base, "fedcg.teacher-centering": True})
     assert alias.fedcg.balance == "centering" and alias.flat()["fedcg.balance"] == "centering"
     with pytest.raises(ConfigError, match="fedcg.teacher-centering"):

@@ -32,6 +32,10 @@ from server_app.harness.local_grid import FIRST_NODE_ID, LocalGrid
 from server_app.harness.simulate import simulate
 from strategies.shared.settings import ConfigError
 from strategies.methods.fedska.settings import (
+    EMBED_MODEL,
+    GRAPH_TARGET,
+    TRAIN_FEDSKA,
+    FedSKATrain,
     GRAD,
     GRAD_G,
     H_G,
@@ -283,7 +287,8 @@ def test_fedska_federation_learns_a_graph_trains_gnn_e_and_reports_bytes_by_phas
     # the plain cosine links every pair of these 6 shard clients (standardised, most pairs are
     # negatively correlated and S has no off-diagonal weight to score)
     summary = simulate({**tiny_run, "method": "fedska", "partition": "shards", "num-clients": 6,
-                        "num-rounds": 2, "finetune-epochs": 1, "fedska.similarity": "cosine"})
+                        "num-rounds": 2, "finetune-epochs": 1, "fedska.similarity": "cosine",
+                        "fedska.schedule": "separate"})
     assert summary["final"]["personalized"]["mean"] > summary["round-0"]["personalized"]["mean"] + 20
     out = tmp_path / "run"
     graph = np.load(out / "graph.npy")
@@ -318,7 +323,7 @@ def test_missing_replies_skip_the_client_and_partial_participation_keeps_stale_r
         return client_app(message, context)
 
     run_config = {**default_run_config(), **tiny_run, "method": "fedska", "partition": "shards",
-                  "num-clients": 6, "num-rounds": 3, "fraction-train": 0.5}
+                  "num-clients": 6, "num-rounds": 3, "fraction-train": 0.5, "fedska.schedule": "separate"}
     cfg = RunConfig.from_flower(run_config)
     strategy = build_strategy(cfg)
     monkeypatch.setattr("server_app.app.build_strategy", lambda _: strategy)
@@ -359,7 +364,7 @@ def test_identity_encoder_reproduces_the_reference_and_sends_no_gradient_query(t
         return client_app(message, context)
 
     run_config = {**default_run_config(), **tiny_run, "method": "fedska", "num-rounds": 1,
-                  "fedska.encoder": "identity"}
+                  "fedska.encoder": "identity", "fedska.schedule": "separate"}
     cfg = RunConfig.from_flower(run_config)
     strategy = build_strategy(cfg)
     monkeypatch.setattr("server_app.app.build_strategy", lambda _: strategy)
@@ -401,7 +406,7 @@ def test_reference_flags_reproduce_the_numbers_before_the_new_defaults(tiny_run,
     cap itself) (personalized mean 82.0833 %, Σ S = 5.995339)."""
     summary = simulate({**tiny_run, "method": "fedska", "partition": "shards", "num-clients": 6,
                         "fedska.similarity": "cosine", "fedska.start": "global",
-                        "fedska.structure-lr": 0.01, "fedska.k": 5})
+                        "fedska.structure-lr": 0.01, "fedska.k": 5, "fedska.schedule": "separate"})
     assert summary["final"]["personalized"]["mean"] == pytest.approx(82.08333333333333, abs=1e-9)
     assert float(np.load(tmp_path / "run" / "graph.npy").sum()) == pytest.approx(5.995338529348373,
                                                                                  abs=1e-6)
@@ -410,8 +415,112 @@ def test_reference_flags_reproduce_the_numbers_before_the_new_defaults(tiny_run,
 def test_readme_documents_every_fedska_key():
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    repo = Path(__file__).resolve().parent.parent
+    readme = (repo / "README.md").read_text()
     section = readme.split("### FedSKA")[1].split("\n### ")[0]
+    section += (repo / "docs" / "deploy-cost.md").read_text()  # fedska.schedule
     keys = [key for key in RunConfig().flat() if key.startswith("fedska.")]
-    assert len(keys) == 17
+    assert len(keys) == 18
     assert [k for k in keys if f"`{k}`" not in section] == []
+
+
+# --- schedule=fused: the split-learning queries ride on the train messages ------------------------
+def _train_fedska(context, cfg, client, records, **fields):
+    config = FedSKATrain.extending(train_config(seed=cfg.seed), lambda_s=0.01, **fields).config()
+    return _ask(context, client, {**records, CONFIG: config}, TRAIN_FEDSKA)
+
+
+def test_fused_train_reply_answers_the_embed_and_grad_queries_with_their_numbers(tiny_run):
+    """A train message carrying both queries: its reply's slot features and gradient are the
+    separate `query.ska_embed` / `query.ska_grad` replies bit for bit, and the trained model is the
+    one trained without the queries."""
+    context, cfg = _context(tiny_run)
+    model, num_slots = _global(cfg), 170
+    arrays = ArrayRecord(model.state_dict())
+    torch.manual_seed(2)
+    start = build_model(cfg.model, (1, 28, 28), 10)  # start='graph': the client's own start u_k
+    target = torch.randn(num_slots, model.feature_dim)
+    head = ArrayRecord({k[len("head."):]: v for k, v in model.state_dict().items() if k.startswith("head.")})
+    slot_config = SlotInstructions(num_slots=num_slots, seed=cfg.seed).config()
+    embedded = _ask(context, 1, {GLOBAL: arrays, CONFIG: slot_config}, QUERY_SKA_EMBED)
+    graded = _ask(context, 1, {SLOT_ENCODING: ArrayRecord({H_G: _np(target)}), HEAD: head,
+                               CONFIG: slot_config}, QUERY_SKA_GRAD)
+    common = {GLOBAL: ArrayRecord(start.state_dict()), GRAPH_TARGET: ArrayRecord({H_G: _np(target)})}
+    fused = _train_fedska(context, cfg, 1, {**common, EMBED_MODEL: arrays, HEAD: head},
+                          num_slots=num_slots, embed_slots=num_slots)
+    plain = _train_fedska(context, cfg, 1, common, num_slots=num_slots)
+    assert np.array_equal(fused[SLOT_FEATURES][SLOT_P].numpy(), embedded[SLOT_FEATURES][SLOT_P].numpy())
+    assert np.array_equal(fused[GRAD][GRAD_G].numpy(), graded[GRAD][GRAD_G].numpy())
+    assert fused[METRICS]["split-loss"] == graded[METRICS]["loss"]
+    assert SLOT_FEATURES not in plain and GRAD not in plain
+    for name in plain["model"].keys():
+        assert np.array_equal(fused["model"][name].numpy(), plain["model"][name].numpy()), name
+
+
+def test_fused_split_learning_makes_the_separate_schedules_encoder_updates(tiny_run):
+    """E_g = 2: two `query.ska_grad` phases (separate) and one phase plus the gradient carried by
+    the next train reply (fused) give GNN_E the same parameters, the same H^g and the same losses
+    (the clients answer through the ClientApp in both)."""
+    from strategies.shared.phases import answer
+
+    context, cfg = _context(tiny_run)
+    model, num_slots = _global(cfg), 40
+    slots = _slot_features(context, cfg, model, num_slots)
+    arrays = ArrayRecord(model.state_dict())
+
+    def respond(client, message):
+        return Message(_ask(context, client, dict(message.content), message.metadata.message_type),
+                       reply_to=message)
+
+    def strategy_with_slots(schedule):
+        strategy = build_strategy(RunConfig.from_flower({**default_run_config(), **tiny_run, "method": "fedska",
+                                                         "partition": "shards", "num-clients": 3,
+                                                         "fedska.schedule": schedule}))
+        strategy.num_slots = num_slots
+        torch.manual_seed(1)
+        strategy.graph = symmetric_normalize(torch.rand(3, 3) + torch.eye(3))
+        for k in range(3):
+            assert strategy._store_slots(k, ArrayRecord({SLOT_P: _np(slots[:, k, :])}))
+        return strategy
+
+    separate = strategy_with_slots("separate")
+    head = ArrayRecord({k[len("head."):]: v for k, v in model.state_dict().items() if k.startswith("head.")})
+    separate_losses = answer(separate._gradient_steps(head, [0, 1, 2], 2), respond)
+    fused = strategy_with_slots("fused")
+    fused._sent_global = arrays
+    fused._split_due = (arrays, [0, 1, 2])
+    fused_report = {}
+
+    def run_after_aggregate():
+        answer(fused.after_aggregate(1, [0, 1, 2]), respond)
+
+    fused._report = fused_report
+    fused._report["fedska-server-seconds"] = 0.0
+    fused.bind(arrays)
+    run_after_aggregate()
+    assert fused._pending is not None and fused._pending[1] == {0, 1, 2}
+    assert len(fused_report["fedska-split-loss"]) == 1  # one phase now, the last query later
+    for k in range(3):  # the next train messages carry the last query; their replies the gradient
+        content = fused.train_content(k, arrays, train_config(seed=cfg.seed))
+        assert HEAD in content and GRAPH_TARGET in content
+        reply = _ask(context, k, dict(content), TRAIN_FEDSKA)
+        fused.absorb(k, reply)
+    fused._finish_pending_step()
+    assert fused_report["fedska-split-loss"] + fused._completed_losses == pytest.approx(separate_losses, abs=0)
+    for (name, got), want in zip(fused.encoder.state_dict().items(), separate.encoder.state_dict().values()):
+        assert torch.equal(got, want), name
+    with torch.no_grad():
+        assert torch.equal(fused.encoder(fused.graph, fused.slots), separate.encoder(separate.graph, separate.slots))
+
+
+def test_fused_schedule_needs_two_phases_per_round_and_learns(tiny_run, tmp_path):
+    """The default schedule: 1 phase in round 1, 2 after (train + E_g − 1 = 1 gradient query);
+    slot features come on the train replies from round 2, the split-learning losses are reported."""
+    summary = simulate({**tiny_run, "method": "fedska", "partition": "shards", "num-clients": 6,
+                        "num-rounds": 4, "fedska.similarity": "cosine"})
+    rounds = [json.loads(line) for line in (tmp_path / "run" / "rounds.jsonl").open()]
+    assert [r["phases"] for r in rounds] == [0, 1, 2, 2, 3]  # the last round: + the final evaluation
+    assert rounds[1]["fedska-embedded-clients"] == 0 and rounds[2]["fedska-embedded-clients"] == 6
+    assert len(rounds[2]["fedska-split-loss"]) == 1 and len(rounds[3]["fedska-split-loss"]) == 2
+    assert set(rounds[3]["fedska-bytes-per-client"]) == {"train", "grad", "evaluate"}
+    assert summary["final"]["personalized"]["mean"] > summary["round-0"]["personalized"]["mean"] + 20

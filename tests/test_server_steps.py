@@ -117,7 +117,8 @@ def test_fedcg_labelling_step_balances_a_collapsed_teacher_from_made_up_client_s
     g = torch.Generator().manual_seed(0)
     logits = [torch.randn(n, d, generator=g) * 0.3 + torch.tensor([6.0, 0, 0, 0]) for n in (80, 60, 70)]
     cfg = RunConfig.from_flower({**default_run_config(), "method": "fedcg", "model": "cnn",
-                                 "dataset": "digits", "num-clients": 3, "fedcg.bottleneck": 4})
+                                 "dataset": "digits", "num-clients": 3, "fedcg.bottleneck": 4,
+                                 "fedcg.balance-schedule": "exchange"})  # one exchange per scaling
     fedcg = fedcg_for(cfg)
     arrays = ArrayRecord(build_model("cnn", (1, 28, 28), 10).state_dict())
 

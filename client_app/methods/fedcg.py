@@ -15,7 +15,9 @@ Both loops are the generic ones of `client_app.training`: `DomainInput` feeds th
 
 `query.fedcg_balance` (fedcg.balance = sinkhorn | centering; strategies.methods.fedcg.domain_balance): per-domain
 sums over the client's training images of the teacher's logits (`moments`: Σ z, Σ z²) or of the
-softmax of the balanced scores under the labelling sent along (`marginals`), D floats each. The
+softmax of the balanced scores under the labelling sent along (`marginals`), D floats each; or
+(`sample`, the default schedule's one exchange per teacher) the moments and a seeded random sample of
+the client's teacher logit rows. The
 labelling (`teacher_labelling`) travels with the teacher: d̂(x) = argmax_d (λ·(z_d − μ_d)/σ_d + b_d).
 Under clustering=oracle the pseudo-domain is each image's true domain (a control).
 Where the data know each image's true domain (the `domains` partition), replies also split their
@@ -56,7 +58,7 @@ from strategies.methods.fedcg.settings import (
     FedCGTrain,
     FedCGTrainReply,
 )
-from strategies.methods.fedcg.domain_balance import Labelling, logit_moments, soft_marginals
+from strategies.methods.fedcg.domain_balance import Labelling, logit_moments, logit_sample, soft_marginals
 from strategies.shared.messages import (
     CONFIG,
     METRICS,
@@ -66,6 +68,7 @@ from strategies.shared.messages import (
 )
 
 STUDENT_STREAM = 11  # seeded_generator purpose of the student's batches (the model's uses none)
+SAMPLE_STREAM = 12  # seeded_generator purpose of the balancing's logit sample
 # images per eval-mode forward pass of a domain classifier: on a CPU a small batch keeps the 64×H×W
 # activations in cache (16 images: 3.2 MB at 28×28; 256 took 2.3× longer per image), a GPU takes many
 INFERENCE_BATCH = {"cpu": 16, "cuda": 256}
@@ -260,8 +263,9 @@ def evaluate(message: Message, context: Context) -> Message:
 
 def balance_statistics(message: Message, context: Context) -> Message:
     """`query.fedcg_balance`: per-domain sums of the teacher's logits over the training images —
-    `moments` (n, Σ z, Σ z²) or `marginals` (n, Σ softmax(λ·ẑ + b), hard counts) under the labelling
-    sent along (strategies.methods.fedcg.domain_balance)."""
+    `moments` (n, Σ z, Σ z²), `marginals` (n, Σ softmax(λ·ẑ + b), hard counts) under the labelling
+    sent along, or `sample` (the moments and up to `sample-size` logit rows drawn at random;
+    strategies.methods.fedcg.domain_balance)."""
     rt = client_runtime(message, context)
     content = message.content
     request = FedCGBalanceRequest.read(content[CONFIG])
@@ -269,9 +273,17 @@ def balance_statistics(message: Message, context: Context) -> Message:
         raise ValueError(f"{QUERY_FEDCG_BALANCE} needs the '{TEACHER}' record")
     x, _ = rt.tensors("train")
     logits = teacher_logits(rt, context, content[TEACHER], x, "train")
-    if request.statistic == "moments":
+    if request.statistic in ("moments", "sample"):
         n, sums, squares = logit_moments(logits)
-        reply = FedCGBalanceReply(num_examples=n, logit_sum=sums, logit_square_sum=squares)
+        rows = None
+        if request.statistic == "sample":
+            if request.sample_size is None or request.seed is None or request.teacher_version is None:
+                raise ValueError(f"{QUERY_FEDCG_BALANCE} 'sample' needs 'sample-size', 'seed' and "
+                                 "'teacher-version' in its config")
+            generator = seeded_generator(request.seed, rt.client_id, request.teacher_version, SAMPLE_STREAM)
+            rows = logit_sample(logits.cpu(), request.sample_size, generator).reshape(-1).tolist()
+        reply = FedCGBalanceReply(num_examples=n, logit_sum=sums, logit_square_sum=squares,
+                                  logit_sample=rows)
     else:
         labelling = teacher_labelling(content, rt.cfg.fedcg.domains)
         if labelling is None:

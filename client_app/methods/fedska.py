@@ -9,6 +9,9 @@ recomputed from (seed, client id), and the head of the global model comes with e
   reply `slot_features` {p: [L, d]}.
 - `query.ska_grad` (step 4): l_k = (1/L) Σ_l loss(f^s_{w̄}(h^g[l]), y_{π(l mod N)}) with the received
   head; reply `grad` {g = ∂l_k/∂h^g: [L, d]} and the loss (Eq 8).
+- `fedska.schedule = fused`: `train.fedska` carries both queries (`embed-slots` and the `embed_model`
+  record; a `head` record for the gradient at its `graph_target`) and its reply their answers, computed
+  before training with the same functions (`slot_features`, `slot_loss_gradient`).
 
 Slots (§3 [D]): π is a seeded permutation of the client's train indices; slot l ↦ sample π(l mod N).
 """
@@ -26,6 +29,7 @@ from client_app.training import seeded_generator, task_loss, train_epochs
 from models import build_model
 from strategies.methods.fedska.settings import (
     DESCRIPTOR,
+    EMBED_MODEL,
     GRAD,
     GRAD_G,
     GRAPH_TARGET,
@@ -37,6 +41,7 @@ from strategies.methods.fedska.settings import (
     SLOT_P,
     FedSKATrain,
     SlotInstructions,
+    TRAIN_FEDSKA,
     SlotReply,
 )
 from strategies.shared.messages import CONFIG, GLOBAL, METRICS, MODEL, TrainReply
@@ -112,11 +117,48 @@ def _array(tensor: torch.Tensor) -> Array:
     return Array(np.ascontiguousarray(tensor.detach().cpu().numpy().astype(np.float32)))
 
 
+def slot_features(rt: ClientRuntime, model: nn.Module, seed: int, num_slots: int) -> ArrayRecord:
+    """`slot_features` {p: [L, d]}: f^e of `model` on the client's L slots (query.ska_embed)."""
+    x, y = rt.tensors("train")
+    samples = slot_samples(slot_permutation(seed, rt.client_id, len(y)), num_slots)
+    return ArrayRecord({SLOT_P: _array(features_of(model, x[samples.to(rt.device)]))})
+
+
+def slot_loss_gradient(rt: ClientRuntime, head: nn.Module, encodings: torch.Tensor, seed: int,
+                       num_slots: int) -> tuple[ArrayRecord, float]:
+    """(`grad` {g = ∂l_k/∂h^g: [L, d]}, l_k) with l_k = (1/L) Σ_l loss(f^s(h^g[l]), y_{π(l mod N)})
+    for the received slot encodings h^g [L, d] (query.ska_grad, Eq 8)."""
+    if encodings.shape[0] != num_slots:
+        raise ValueError(f"the slot encodings have {encodings.shape[0]} rows but num-slots = {num_slots}")
+    encodings = encodings.to(rt.device).requires_grad_(True)
+    _, y = rt.tensors("train")
+    samples = slot_samples(slot_permutation(seed, rt.client_id, len(y)), num_slots)
+    loss = task_loss(head(encodings), y[samples.to(rt.device)])
+    (grad,) = torch.autograd.grad(loss, encodings)
+    return ArrayRecord({GRAD_G: _array(grad)}), float(loss.detach())
+
+
 def train(message: Message, context: Context) -> Message:
-    """`train.fedska` (§3 step 1): Eq 9 from w̄, then the descriptor h̄^c (§2)."""
+    """`train.fedska` (§3 step 1): Eq 9 from w̄, then the descriptor h̄^c (§2). Under the fused
+    schedule, first the answers of the queries it carries (slot features of the received global
+    model, the slot-loss gradient at `graph_target` for the received head): computed before
+    training, from the received records only, so they are the separate queries' numbers."""
     rt = client_runtime(message, context)
     ins = FedSKATrain.read(message.content[CONFIG])
-    model = rt.model(message.content[GLOBAL])
+    content = message.content
+    records: dict[str, ArrayRecord] = {}
+    split_loss = None
+    if ins.embed_slots is not None:
+        source = content[EMBED_MODEL] if EMBED_MODEL in content else content[GLOBAL]
+        records[SLOT_FEATURES] = slot_features(rt, rt.model(source), ins.seed, ins.embed_slots)
+    if HEAD in content:
+        if GRAPH_TARGET not in content or ins.num_slots is None:
+            raise ValueError(f"a '{HEAD}' record on {TRAIN_FEDSKA} asks for the gradient at "
+                             f"'{GRAPH_TARGET}': both it and 'num-slots' are needed")
+        target = torch.from_numpy(content[GRAPH_TARGET][H_G].numpy().astype(np.float32))
+        records[GRAD], split_loss = slot_loss_gradient(rt, _head(rt, content[HEAD]), target, ins.seed,
+                                                       ins.num_slots)
+    model = rt.model(content[GLOBAL])
     x, y = rt.tensors("train")
     permutation = slot_permutation(ins.seed, rt.client_id, len(y))
     generator = seeded_generator(ins.seed, rt.client_id, ins.server_round)
@@ -138,10 +180,11 @@ def train(message: Message, context: Context) -> Message:
         loss = train_epochs(model, x, y, **common)
     descriptor = features_of(model, x).mean(dim=0)
     reply = TrainReply(num_examples=len(y), train_loss=loss, structure_loss=structure_loss,
-                       cuda=rt.on_cuda)
+                       split_loss=split_loss, cuda=rt.on_cuda)
     return Message(RecordDict({
         MODEL: model_record(model),
         DESCRIPTOR: ArrayRecord({H_C: _array(descriptor)}),
+        **records,
         METRICS: reply.metrics(),
     }), reply_to=message)
 
@@ -150,14 +193,9 @@ def embed(message: Message, context: Context) -> Message:
     """`query.ska_embed` (§3 step 3): per-slot features of the global feature extractor."""
     rt = client_runtime(message, context)
     ins = SlotInstructions.read(message.content[CONFIG])
-    model = rt.model(message.content[GLOBAL])
-    x, y = rt.tensors("train")
-    samples = slot_samples(slot_permutation(ins.seed, rt.client_id, len(y)), ins.num_slots)
-    slots = features_of(model, x[samples.to(rt.device)])
-    reply = SlotReply(num_examples=len(y))
-    return Message(RecordDict({
-        SLOT_FEATURES: ArrayRecord({SLOT_P: _array(slots)}), METRICS: reply.metrics(),
-    }), reply_to=message)
+    features = slot_features(rt, rt.model(message.content[GLOBAL]), ins.seed, ins.num_slots)
+    reply = SlotReply(num_examples=len(rt.tensors("train")[1]))
+    return Message(RecordDict({SLOT_FEATURES: features, METRICS: reply.metrics()}), reply_to=message)
 
 
 def _head(rt: ClientRuntime, record: ArrayRecord) -> nn.Module:
@@ -172,17 +210,8 @@ def slot_gradient(message: Message, context: Context) -> Message:
     """`query.ska_grad` (§3 step 4, Eq 8): G_k = ∂l_k/∂h^g_k for the received encodings."""
     rt = client_runtime(message, context)
     ins = SlotInstructions.read(message.content[CONFIG])
-    head = _head(rt, message.content[HEAD])
     encodings = torch.from_numpy(message.content[SLOT_ENCODING][H_G].numpy().astype(np.float32))
-    if encodings.shape[0] != ins.num_slots:
-        raise ValueError(f"'{SLOT_ENCODING}' has {encodings.shape[0]} rows but num-slots = "
-                         f"{ins.num_slots}")
-    encodings = encodings.to(rt.device).requires_grad_(True)
-    _, y = rt.tensors("train")
-    samples = slot_samples(slot_permutation(ins.seed, rt.client_id, len(y)), ins.num_slots)
-    loss = task_loss(head(encodings), y[samples.to(rt.device)])
-    (grad,) = torch.autograd.grad(loss, encodings)
-    reply = SlotReply(num_examples=len(y), loss=float(loss.detach()))
-    return Message(RecordDict({
-        GRAD: ArrayRecord({GRAD_G: _array(grad)}), METRICS: reply.metrics(),
-    }), reply_to=message)
+    grad, loss = slot_loss_gradient(rt, _head(rt, message.content[HEAD]), encodings, ins.seed,
+                                    ins.num_slots)
+    reply = SlotReply(num_examples=len(rt.tensors("train")[1]), loss=loss)
+    return Message(RecordDict({GRAD: grad, METRICS: reply.metrics()}), reply_to=message)

@@ -77,6 +77,7 @@ class TrainReply(Record):
     train_loss: float
     cluster: int | None = Field(None, ge=0)  # IFCA: index of the cluster model the client trained
     structure_loss: float | None = None  # FedSKA: mean L_S (1 − cos to h^g) of the local training
+    split_loss: float | None = None  # FedSKA fused schedule: the slot loss of the carried grad query
     cuda: int | None = Field(None, ge=0, le=1)  # the device it trained on: 1 a CUDA GPU, 0 the CPU
 
 

@@ -19,9 +19,20 @@ A `Labelling` turns a teacher's logits z [n, D] into pseudo-domains
   offsets lag the sharpening scores (measured on 960 digits images, 4 styles, a random teacher that
   puts all in one domain, 30 steps to λ = 100: largest domain 249 with the warm start, 311 without).
 
-The client half computes `logit_moments` / `soft_marginals` on its cached teacher logits; the server
-half (`standardisation`, then `sinkhorn_labelling` built on `temperatures`, `warm_offsets` and
-`scaled_offsets`) only ever sees per-domain sums.
+Two schedules of the `sinkhorn` steps (`fedcg.balance-schedule`):
+- `exchange` (the spec's §6.9): every column scaling is a federated exchange (`iters` + 1 exchanges
+  per teacher; the server only ever sees per-domain sums).
+- `sampled` (default): one exchange per teacher. Each client returns its moments and `m` of its
+  teacher logit rows drawn at random (`logit_sample`); the server runs the `iters` scalings on the
+  pooled sample, each client's soft sums scaled by n_k/m_k so that it weighs as its data
+  (`sampled_marginals`). With m ≥ n_k for every client this is the `exchange` schedule's labelling
+  exactly; with fewer rows it estimates each scaling's marginals from the sample. What it reveals
+  beyond the sums: m vectors of D teacher logits per client (a frozen domain classifier's scores of
+  m unnamed training images; no images, labels or model updates).
+
+The client half computes `logit_moments` / `soft_marginals` / `logit_sample` on its cached teacher
+logits; the server half is `standardisation`, then `sinkhorn_labelling` built on `temperatures`,
+`warm_offsets` and `scaled_offsets`, fed by the clients (`exchange`) or by `sampled_marginals`.
 """
 
 from __future__ import annotations
@@ -102,6 +113,12 @@ def soft_marginals(logits: torch.Tensor, labelling: Labelling) -> tuple[int, lis
     return len(scores), soft.tolist(), hard.tolist()
 
 
+def logit_sample(logits: torch.Tensor, size: int, generator: torch.Generator) -> torch.Tensor:
+    """min(size, n) rows of a client's teacher logits drawn without replacement [m, D] (float64)."""
+    rows = torch.randperm(len(logits), generator=generator)[: min(size, len(logits))]
+    return logits.to(torch.float64)[rows.to(logits.device)]
+
+
 # --- server half -------------------------------------------------------------------------------
 def standardisation(counts: Sequence[int], sums: Sequence[Sequence[float]],
                     squares: Sequence[Sequence[float]]) -> tuple[np.ndarray, np.ndarray]:
@@ -133,6 +150,27 @@ def scaled_offsets(offset: np.ndarray, soft_sums: Sequence[Sequence[float]],
 
 
 Marginals = tuple[Sequence[int], Sequence[Sequence[float]], Sequence[Sequence[int]]]  # n_k, s_k, hard_k
+
+
+def sampled_marginals(samples: Sequence[tuple[int, torch.Tensor]]
+                      ) -> Callable[[Labelling], Marginals | None]:
+    """The marginals of every scaling step answered on the server from the clients' (n_k, logit
+    sample [m_k, D]): s_k = (n_k/m_k)·Σ_{x in sample} softmax(λ·ẑ(x) + b), so each client weighs as
+    its n_k images; the hard counts are the sample's (unscaled). None (stop) without any sample."""
+    kept = [(n, z) for n, z in samples if n > 0 and len(z) > 0]
+
+    def marginals(labelling: Labelling) -> Marginals | None:
+        if not kept:
+            return None
+        counts, soft, hard = [], [], []
+        for n, z in kept:
+            m, sums, histogram = soft_marginals(z, labelling)
+            counts.append(n)
+            soft.append([v * n / m for v in sums])
+            hard.append(histogram)
+        return counts, soft, hard
+
+    return marginals
 
 
 SinkhornResult = tuple[Labelling, dict[str, list[float] | list[int]]]

@@ -12,12 +12,14 @@ with the student's soft probabilities (`evaluate.fedcg`).
 Balanced pseudo-domains (`fedcg.balance`, spec §6.9, strategies.methods.fedcg.domain_balance): a random teacher
 tends to send every image to one domain, which leaves one branch trained and NMI at 0. Whenever the
 teacher changes (round 1 and after every replacement) the server asks every online train client for
-per-domain sums of the teacher's logits (`query.fedcg_balance`: D floats and a count per exchange;
-no images, labels or per-sample values leave a client): `sinkhorn` (default) standardises the logits
-with the federated mean and sd, then runs `fedcg.sinkhorn-iters` Sinkhorn column-scaling exchanges
-with the temperature raised to `fedcg.sinkhorn-temperature`, so the hard labels are balanced;
-`centering` subtracts the federated mean logit (one exchange; `fedcg.teacher-centering = true` is
-its earlier spelling); `none` is the paper's plain argmax. The labelling travels with the teacher
+per-domain sums of the teacher's logits (`query.fedcg_balance`): `sinkhorn` (default) standardises
+the logits with the federated mean and sd, then runs `fedcg.sinkhorn-iters` Sinkhorn column scalings
+with the temperature raised to `fedcg.sinkhorn-temperature`, so the hard labels are balanced. Its
+`fedcg.balance-schedule`: `sampled` (default) = one exchange per teacher, each client sending its
+moments and `fedcg.balance-sample` of its teacher logit rows, the scalings run here on the pooled
+sample; `exchange` (spec §6.9) = one exchange per scaling (D floats and a count each; no per-sample
+value leaves a client). `centering` subtracts the federated mean logit (one exchange;
+`fedcg.teacher-centering = true` is its earlier spelling); `none` is the paper's plain argmax. The labelling travels with the teacher
 (`teacher_labelling`) and stays fixed while it is frozen, so d̂ is a fixed function of (teacher,
 image); it is part of the strategy and so of every checkpoint. Controls: `fedcg.domains = 1` (the
 residual capacity alone) and `fedcg.clustering = oracle` (train with each image's true domain).
@@ -65,7 +67,13 @@ from strategies.methods.fedcg.settings import (
     FedCGTrain,
     FedCGTrainReply,
 )
-from strategies.methods.fedcg.domain_balance import Labelling, sinkhorn_steps, standardisation
+from strategies.methods.fedcg.domain_balance import (
+    Labelling,
+    sampled_marginals,
+    sinkhorn_labelling,
+    sinkhorn_steps,
+    standardisation,
+)
 from strategies.methods.fedcg.domain_graph import inverse_distance_adjacency, random_adjacency, uniform_adjacency
 from strategies.shared.messages import (
     CONFIG,
@@ -200,10 +208,15 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy, ClientKeyed):
     def _ask_teacher(self, online: list[int], statistic: str, labelling: Labelling | None = None
                      ) -> Steps[list[FedCGBalanceReply]]:
         """One `query.fedcg_balance` exchange with every online train client; the well-formed
-        replies in client-id order (a reply with sums of the wrong length or not finite is logged
-        and skipped)."""
-        d = self.settings.domains
-        records = {TEACHER: self.teacher, CONFIG: FedCGBalanceRequest(statistic=statistic).config()}
+        replies in client-id order (a reply with sums of the wrong length or not finite, or a logit
+        sample that is not [m ≤ balance-sample, D] finite rows, is logged and skipped)."""
+        s = self.settings
+        d = s.domains
+        request = FedCGBalanceRequest(statistic=statistic)
+        if statistic == "sample":
+            request = FedCGBalanceRequest(statistic=statistic, sample_size=s.balance_sample,
+                                          seed=self.seed, teacher_version=self.teacher_version)
+        records = {TEACHER: self.teacher, CONFIG: request.config()}
         if labelling is not None:
             records[TEACHER_LABELLING] = labelling.record()
         content = RecordDict(records)
@@ -213,10 +226,17 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy, ClientKeyed):
         answers = []
         for client, reply in (yield Phase(QUERY_FEDCG_BALANCE, messages)):
             answer = FedCGBalanceReply.read(reply.content[METRICS])
-            sums = [answer.logit_sum, answer.logit_square_sum] if statistic == "moments" else [answer.soft_sum]
-            if any(v is None or len(v) != d or not np.isfinite(v).all() for v in sums):
-                log.warning("fedcg: client %d sent malformed %s (expected %d finite floats each); "
-                            "skipped", client, statistic, d)
+            sums = ([answer.soft_sum] if statistic == "marginals"
+                    else [answer.logit_sum, answer.logit_square_sum])
+            malformed = any(v is None or len(v) != d or not np.isfinite(v).all() for v in sums)
+            if statistic == "sample":
+                rows = answer.logit_sample
+                malformed = malformed or rows is None or len(rows) % d != 0 or not np.isfinite(
+                    rows).all() or len(rows) // d > min(s.balance_sample, answer.num_examples)
+            if malformed:
+                log.warning("fedcg: client %d sent malformed %s (expected %d finite floats each%s); "
+                            "skipped", client, statistic, d,
+                            f", at most {s.balance_sample} rows of logits" if statistic == "sample" else "")
                 continue
             answers.append(answer)
         return answers
@@ -229,7 +249,9 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy, ClientKeyed):
         if not s.balanced or self.labelling_version == self.teacher_version:
             return
         self.labelling = None
-        moments = [a for a in (yield from self._ask_teacher(online, "moments")) if a.num_examples > 0]
+        sampled = s.balance == "sinkhorn" and s.balance_schedule == "sampled"
+        moments = [a for a in (yield from self._ask_teacher(online, "sample" if sampled else "moments"))
+                   if a.num_examples > 0]
         if not moments:
             log.warning("fedcg: no client sent teacher logit sums; pseudo-domains stay unbalanced "
                         "until the next round asks again")
@@ -240,6 +262,12 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy, ClientKeyed):
         if s.balance == "centering":
             labelling = Labelling(mean, np.ones(d), np.zeros(d), 1.0)
             report: dict[str, Any] = {}
+        elif sampled:  # the column scalings on the pooled logit samples, here (one exchange in all)
+            samples = [(a.num_examples, torch.tensor(a.logit_sample, dtype=torch.float64).reshape(-1, d))
+                       for a in moments]
+            labelling, report = sinkhorn_labelling(mean, sd, s.sinkhorn_iters, s.sinkhorn_temperature,
+                                                   sampled_marginals(samples))
+            report = {**report, "sampled-rows": sum(len(z) for _, z in samples)}
         else:
             steps = sinkhorn_steps(mean, sd, s.sinkhorn_iters, s.sinkhorn_temperature)
             try:
@@ -259,7 +287,8 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy, ClientKeyed):
                                "temperature": labelling.temperature,
                                "offset": labelling.offset.round(6).tolist(), **report}
         log.info("fedcg: %s labelling of teacher %d%s", s.balance, self.teacher_version,
-                 f", last step's hard histogram {report['hard-histogram']}" if report else "")
+                 f", last step's hard histogram {report['hard-histogram']}" if "hard-histogram" in report
+                 else "")
 
     def teacher_records(self) -> dict[str, ArrayRecord]:
         """The teacher φ and, when balanced, its labelling (both sent wherever the teacher goes)."""

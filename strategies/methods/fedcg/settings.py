@@ -42,6 +42,11 @@ class FedCGSection(MethodSettings):
     balance: Literal["sinkhorn", "centering", "none"] = "sinkhorn"
     sinkhorn_iters: int = Field(30, ge=1)  # column-scaling exchanges (D floats each) per teacher
     sinkhorn_temperature: float = Field(100.0, ge=1.0)  # final λ (raised geometrically from 1)
+    # sinkhorn's schedule: `sampled` = one exchange per teacher (moments and `balance-sample` of each
+    # client's teacher logits; the server runs the column scalings on the pooled sample); `exchange` =
+    # one federated exchange per column scaling (sinkhorn-iters + 1 per teacher; the spec's §6.9)
+    balance_schedule: Literal["sampled", "exchange"] = "sampled"
+    balance_sample: int = Field(32, ge=1)  # sampled: teacher logit rows a client sends per teacher
     # the earlier spelling of balance='centering': true selects it (false changes nothing)
     teacher_centering: bool = False
 
@@ -128,10 +133,15 @@ class FedCGTrainReply(Record):
 
 class FedCGBalanceRequest(Record):
     """`query.fedcg_balance`: which statistic of the teacher's logits on the training images the
-    server needs: `moments` (per-domain Σ z and Σ z²) or `marginals` (Σ softmax of the scores under
-    the `teacher_labelling` record sent along, and the hard counts of their argmax)."""
+    server needs: `moments` (per-domain Σ z and Σ z²), `marginals` (Σ softmax of the scores under
+    the `teacher_labelling` record sent along, and the hard counts of their argmax) or `sample` (the
+    moments and `sample-size` logit rows of images drawn without replacement, seeded by
+    (`seed`, client id, `teacher-version`))."""
 
-    statistic: str = Field(pattern="^(moments|marginals)$")
+    statistic: str = Field(pattern="^(moments|marginals|sample)$")
+    sample_size: int | None = Field(None, ge=1)
+    seed: int | None = None
+    teacher_version: int | None = Field(None, ge=0)
 
 
 class FedCGBalanceReply(Record):
@@ -142,6 +152,7 @@ class FedCGBalanceReply(Record):
     logit_square_sum: list[float] | None = None
     soft_sum: list[float] | None = None
     hard_counts: list[int] | None = None
+    logit_sample: list[float] | None = None  # `sample`: m rows of D logits, flattened row by row
 
 
 class FedCGEvaluateCounts(Record):

@@ -12,6 +12,15 @@ One Flower round (spec §3), all inside the strategy's train step:
    G_k = ∂l_k/∂H^g_k (Eq 8) → one Adam step on θ_E with ∇θ_E = Σ_k backward(⟨H^g_k, G_k⟩). A client
    that does not answer is left out of that step's gradient.
 5. H^g = GNN_E(S, P) (no grad) is stored per client and sent with its next `train.fedska`.
+That is `fedska.schedule = separate` (2 + E_g phases per round). `fused` (default) carries steps 3 and
+the last of step 4 on the train messages: a train message also asks for the slot features of the
+global model it carries (w̄ of the previous round; with start='graph' as the extra `embed_model`
+record) and, for the clients of the pending query, the slot-loss gradient at its `graph_target` with
+the sent `head`; the reply answers both (computed before training, the separate queries' numbers).
+After aggregation the server finishes the previous split learning (its last Adam step, from the
+carried gradients), stores the carried features, runs E_g − 1 `query.ska_grad` phases and sends
+H^g = GNN_E(S, P) as the next train messages' target, before its last step: 1 + max(E_g − 1, 0)
+phases per round, the split learning one round behind (the targets of round t come from w̄ of t − 2).
 Clients are evaluated with the model they trained (w̄ + E_c local epochs, §6.7); w̄ is reported as
 the global model. Under partial participation H^c and P keep the stale rows of absent clients.
 `fedska.start='graph'` [D]: a client that has trained before starts from its row of the learned graph
@@ -40,6 +49,7 @@ from models.gnn import (
 )
 from strategies.methods.fedska.settings import (
     DESCRIPTOR,
+    EMBED_MODEL,
     GRAD,
     GRAD_G,
     GRAPH_TARGET,
@@ -119,6 +129,15 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
         self._split_due: tuple[ArrayRecord, list[int]] | None = None  # for after_aggregate
         self._mark: tuple[int, int] = (0, 0)
         self._round_bytes: dict[str, dict[str, float]] = {}
+        # schedule=fused: the global model this round's train messages carry (its slot features
+        # come back on the replies), those features, the gradient query left for the next train
+        # messages (head, clients), the gradients and losses the replies carried
+        self._sent_global: ArrayRecord | None = None
+        self._carried_slots: dict[int, ArrayRecord] = {}
+        self._pending: tuple[ArrayRecord, set[int]] | None = None
+        self._carried_grads: dict[int, torch.Tensor] = {}
+        self._carried_losses: list[float] = []
+        self._completed_losses: list[float] = []
         self._online = num_clients  # reachable clients at the last after_aggregate
 
     @property
@@ -131,12 +150,18 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
         """`train.fedska`: `global` w̄, `graph_target` {h_g: [L, d]} once the client has H^g, λ_S, L."""
         start = self.start_arrays(client)
         records: dict[str, Any] = {GLOBAL: arrays if start is None else start}
-        slots = None
+        slots = embed = None
         if self.encodings is not None and bool(self.embedded[client]):
             slots = self.num_slots
             records[GRAPH_TARGET] = ArrayRecord({H_G: _array(self.encodings[:, client, :])})
+        if self.settings.schedule == "fused" and self.num_slots is not None:
+            self._sent_global, embed = arrays, self.num_slots  # query.ska_embed of w̄, carried
+            if start is not None:
+                records[EMBED_MODEL] = arrays
+            if self._pending is not None and client in self._pending[1] and slots is not None:
+                records[HEAD] = self._pending[0]  # the last query.ska_grad, at graph_target
         records[CONFIG] = FedSKATrain.extending(config, lambda_s=self.settings.lambda_s,
-                                                num_slots=slots).config()
+                                                num_slots=slots, embed_slots=embed).config()
         return RecordDict(records)
 
     def start_arrays(self, client: int) -> ArrayRecord | None:
@@ -153,6 +178,13 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
         structure_loss = content[METRICS].get("structure-loss")
         if structure_loss is not None:
             self._structure_losses.append(float(structure_loss))
+        if SLOT_FEATURES in content:  # schedule=fused: query.ska_embed's answer
+            self._carried_slots[client] = content[SLOT_FEATURES]
+        if GRAD in content and self._pending is not None and self.encodings is not None:
+            g = self._valid_gradient(client, content[GRAD], self.encodings)  # query.ska_grad's
+            if g is not None:
+                self._carried_grads[client] = g
+                self._carried_losses.append(float(content[METRICS]["split-loss"]))
         h_c = torch.from_numpy(np.asarray(content[DESCRIPTOR][H_C].numpy(), dtype=np.float32))
         if h_c.ndim != 1 or not bool(torch.isfinite(h_c).all()) or (
                 self.descriptors is not None and len(h_c) != self.descriptors.shape[1]):
@@ -185,13 +217,20 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
         if self._structure_losses:
             report["fedska-structure-loss"] = float(np.mean(self._structure_losses))
             self._structure_losses = []
+        embedded: list[int] = []
+        if self.settings.schedule == "fused":  # the previous split learning ends, the next starts
+            self._slot_count()
+            if self._pending is not None:
+                self._finish_pending_step()
+            carried, self._carried_slots = self._carried_slots, {}
+            embedded = [c for c in sorted(carried) if self._store_slots(c, carried[c])]
         if self.descriptors is not None:
             report.update(self._learn_structure(server_round))
         if self.settings.start == "graph":
             self.starts = self.graph_starts()
         report["fedska-server-seconds"] = time.perf_counter() - started
         self._report = report
-        self._split_due = (arrays, trained)
+        self._split_due = (arrays, embedded if self.settings.schedule == "fused" else trained)
         return arrays
 
     def after_aggregate(self, server_round: int, online: list[int]) -> Steps[None]:
@@ -199,10 +238,12 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
         self._online = len(online)  # the evaluate phase's clients, for its bytes per client
         if self._split_due is None:
             return
-        arrays, trained = self._split_due
+        arrays, clients = self._split_due
         self._split_due = None
         started = time.perf_counter()
-        self._report.update((yield from self._split_learning(arrays, trained)))
+        split = (self._fused_split_learning(clients) if self.settings.schedule == "fused"
+                 else self._split_learning(arrays, clients))
+        self._report.update((yield from split))
         self._report["fedska-server-seconds"] += time.perf_counter() - started
 
     def _learn_structure(self, server_round: int) -> dict[str, Any]:
@@ -252,65 +293,16 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
 
     def _split_learning(self, arrays: ArrayRecord, trained: list[int]) -> Steps[dict[str, Any]]:
         """`query.ska_embed`, E_g rounds of `query.ska_grad` + Adam on GNN_E, then H^g (§3 3–5)."""
-        s = self.settings
-        if self.num_slots is None:  # L = max_k N_k over the clients seen so far (§3 [D])
-            self.num_slots = int(min(float(self.num_examples.max()), s.max_slots))
-        slot_config = SlotInstructions(num_slots=self.num_slots, seed=self.seed).config()
+        slot_config = SlotInstructions(num_slots=self._slot_count(), seed=self.seed).config()
         messages = [Message(RecordDict({GLOBAL: arrays, CONFIG: slot_config}), dst_node_id=c,
                             message_type=QUERY_SKA_EMBED) for c in trained]
-        answered = []
-        for client, reply in (yield Phase(QUERY_SKA_EMBED, messages)):
-            p = torch.from_numpy(np.asarray(reply.content[SLOT_FEATURES][SLOT_P].numpy(),
-                                            dtype=np.float32))
-            dim = (self.slots.shape[2] if self.slots is not None
-                   else self.descriptors.shape[1] if self.descriptors is not None else p.shape[-1])
-            if p.shape != (self.num_slots, dim) or not bool(torch.isfinite(p).all()):
-                log.warning("FedSKA: client %d sent slot features of shape %s (expected [%d, %d] "
-                            "finite); its slots stay stale", client, tuple(p.shape),
-                            self.num_slots, dim)
-                continue
-            if self.slots is None:
-                self.slots = torch.zeros(self.num_slots, self.num_clients, dim)
-            self.slots[:, client, :] = p
-            self.embedded[client] = True
-            answered.append(client)
+        answered = [client for client, reply in (yield Phase(QUERY_SKA_EMBED, messages))
+                    if self._store_slots(client, reply.content[SLOT_FEATURES])]
         self._close_phase("embed", len(trained))
         report: dict[str, Any] = {"fedska-embedded-clients": len(answered)}
         if self.slots is None:
             return report
-        if self.encoder is None:
-            with torch.random.fork_rng():
-                torch.manual_seed(self.seed + 1)
-                self.encoder = GCNEncoder(self.slots.shape[2], s.encoder)
-            self.encoder_optimizer = torch.optim.Adam(self.encoder.parameters(), lr=s.encoder_lr,
-                                                      weight_decay=s.encoder_weight_decay)
-        head = ArrayRecord({key[len(HEAD_PREFIX):]: arrays[key] for key in arrays.keys()
-                            if key.startswith(HEAD_PREFIX)})
-        steps = s.encoder_steps if s.encoder == "gcn" else 0  # identity: nothing to train
-        losses = []
-        for _ in range(steps):
-            if not answered:
-                break
-            with torch.no_grad():
-                encodings = self.encoder(self.graph, self.slots)
-            messages = [Message(RecordDict({
-                SLOT_ENCODING: ArrayRecord({H_G: _array(encodings[:, c, :])}), HEAD: head,
-                CONFIG: slot_config}), dst_node_id=c, message_type=QUERY_SKA_GRAD) for c in answered]
-            grads: dict[int, torch.Tensor] = {}
-            client_losses = []
-            for client, reply in (yield Phase(QUERY_SKA_GRAD, messages)):
-                g = torch.from_numpy(np.asarray(reply.content[GRAD][GRAD_G].numpy(),
-                                                dtype=np.float32))
-                if g.shape != encodings[:, client, :].shape or not bool(torch.isfinite(g).all()):
-                    log.warning("FedSKA: client %d sent a gradient of shape %s; skipped", client,
-                                tuple(g.shape))
-                    continue
-                grads[client] = g
-                client_losses.append(SlotReply.read(reply.content[METRICS]).loss)
-            if grads:
-                encoder_gradient_step(self.encoder, self.graph, self.slots, grads)
-                self.encoder_optimizer.step()
-                losses.append(float(np.mean(client_losses)))
+        losses = yield from self._gradient_steps(_head_record(arrays), answered, self._encoder_steps())
         self._close_phase("grad", len(answered))
         with torch.no_grad():
             self.encodings = self.encoder(self.graph, self.slots)
@@ -318,6 +310,108 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
         if losses:
             report["fedska-split-loss"] = losses
         return report
+
+    def _fused_split_learning(self, embedded: list[int]) -> Steps[dict[str, Any]]:
+        """schedule=fused, after the round's aggregation: the slot features came on the train
+        replies (of the global model sent with this round's messages); E_g − 1 `query.ska_grad`
+        phases now, and the last query leaves with the next round's train messages (`_pending`):
+        its encodings are the `graph_target` those messages carry, so H^g is sent before its last
+        Adam step."""
+        report: dict[str, Any] = {"fedska-embedded-clients": len(embedded)}
+        steps = self._encoder_steps()
+        losses = self._completed_losses
+        self._completed_losses = []
+        if self.slots is not None and embedded:
+            head = _head_record(self._sent_global)
+            losses += (yield from self._gradient_steps(head, embedded, max(steps - 1, 0)))
+            if steps > 0:
+                self._close_phase("grad", len(embedded))
+                self._pending = (head, set(embedded))
+        if self.slots is not None:
+            with torch.no_grad():
+                self.encodings = self.encoder(self.graph, self.slots)
+        self.split_losses.append(losses)
+        if losses:
+            report["fedska-split-loss"] = losses
+        return report
+
+    def _finish_pending_step(self) -> None:
+        """schedule=fused: the last gradient step of the previous round's split learning, from the
+        gradients the train replies carried (at the encodings sent as `graph_target`; S and P are
+        still those they were computed from)."""
+        grads, losses = self._carried_grads, self._carried_losses
+        self._carried_grads, self._carried_losses, self._pending = {}, [], None
+        if grads:
+            encoder_gradient_step(self.encoder, self.graph, self.slots, grads)
+            self.encoder_optimizer.step()
+            self._completed_losses.append(float(np.mean(losses)))
+
+    def _slot_count(self) -> int:
+        """L = max_k N_k over the clients seen so far, capped at max-slots (§3 [D]); fixed once set."""
+        if self.num_slots is None:
+            self.num_slots = int(min(float(self.num_examples.max()), self.settings.max_slots))
+        return self.num_slots
+
+    def _encoder_steps(self) -> int:
+        """E_g; identity encoder: nothing to train."""
+        return self.settings.encoder_steps if self.settings.encoder == "gcn" else 0
+
+    def _store_slots(self, client: int, record: ArrayRecord) -> bool:
+        """P_k ← the client's slot features [L, d] (a malformed reply keeps the stale rows)."""
+        p = torch.from_numpy(np.asarray(record[SLOT_P].numpy(), dtype=np.float32))
+        dim = (self.slots.shape[2] if self.slots is not None
+               else self.descriptors.shape[1] if self.descriptors is not None else p.shape[-1])
+        if p.shape != (self.num_slots, dim) or not bool(torch.isfinite(p).all()):
+            log.warning("FedSKA: client %d sent slot features of shape %s (expected [%d, %d] "
+                        "finite); its slots stay stale", client, tuple(p.shape), self.num_slots, dim)
+            return False
+        if self.slots is None:
+            self.slots = torch.zeros(self.num_slots, self.num_clients, dim)
+        self.slots[:, client, :] = p
+        self.embedded[client] = True
+        if self.encoder is None:
+            with torch.random.fork_rng():
+                torch.manual_seed(self.seed + 1)
+                self.encoder = GCNEncoder(dim, self.settings.encoder)
+            self.encoder_optimizer = torch.optim.Adam(
+                self.encoder.parameters(), lr=self.settings.encoder_lr,
+                weight_decay=self.settings.encoder_weight_decay)
+        return True
+
+    def _valid_gradient(self, client: int, record: ArrayRecord, encodings: torch.Tensor
+                        ) -> torch.Tensor | None:
+        g = torch.from_numpy(np.asarray(record[GRAD_G].numpy(), dtype=np.float32))
+        if g.shape != encodings[:, client, :].shape or not bool(torch.isfinite(g).all()):
+            log.warning("FedSKA: client %d sent a gradient of shape %s; skipped", client, tuple(g.shape))
+            return None
+        return g
+
+    def _gradient_steps(self, head: ArrayRecord, clients: list[int], steps: int
+                        ) -> Steps[list[float]]:
+        """`steps` rounds of `query.ska_grad` to `clients` + one Adam step on GNN_E each (Eq 8); a
+        client that does not answer is left out of that step. The clients' mean losses."""
+        slot_config = SlotInstructions(num_slots=self.num_slots, seed=self.seed).config()
+        losses = []
+        for _ in range(steps):
+            if not clients:
+                break
+            with torch.no_grad():
+                encodings = self.encoder(self.graph, self.slots)
+            messages = [Message(RecordDict({
+                SLOT_ENCODING: ArrayRecord({H_G: _array(encodings[:, c, :])}), HEAD: head,
+                CONFIG: slot_config}), dst_node_id=c, message_type=QUERY_SKA_GRAD) for c in clients]
+            grads: dict[int, torch.Tensor] = {}
+            client_losses = []
+            for client, reply in (yield Phase(QUERY_SKA_GRAD, messages)):
+                g = self._valid_gradient(client, reply.content[GRAD], encodings)
+                if g is not None:
+                    grads[client] = g
+                    client_losses.append(SlotReply.read(reply.content[METRICS]).loss)
+            if grads:
+                encoder_gradient_step(self.encoder, self.graph, self.slots, grads)
+                self.encoder_optimizer.step()
+                losses.append(float(np.mean(client_losses)))
+        return losses
 
     # --- traffic by phase -----------------------------------------------------------------------
     def _close_phase(self, phase: str, clients: int) -> None:
@@ -381,6 +475,12 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
             out[f"share-{self.truth_kind}-final"] = structure_share(self.graph.numpy(), self.truth)
             out["random-knn-share"] = self._random_share(self.truth)
         return {"fedska": out}
+
+
+def _head_record(arrays: ArrayRecord) -> ArrayRecord:
+    """The global model's head f^s (`head.*` without the prefix)."""
+    return ArrayRecord({key[len(HEAD_PREFIX):]: arrays[key] for key in arrays.keys()
+                        if key.startswith(HEAD_PREFIX)})
 
 
 def _array(tensor: torch.Tensor) -> Array:

@@ -36,6 +36,11 @@ class FedSKASection(MethodSettings):
     # > 0: S is learned over the descriptors sent in the last this many rounds only (older rows:
     # self-loops until the client trains again); 0: every descriptor ever received (spec)
     descriptor_max_age: int = Field(0, ge=0)
+    # fused: the slot embedding rides on the next train reply and the last of the E_g gradient
+    # queries on the next train message (1 + max(E_g − 1, 0) phases per round, the split learning one
+    # round behind); separate: embed and every gradient query are phases of their own after
+    # training (spec §3: 2 + E_g phases per round)
+    schedule: Literal["fused", "separate"] = "fused"
 
 
 # --- messages -------------------------------------------------------------------------------
@@ -45,6 +50,7 @@ SLOT_FEATURES = "slot_features"  # FedSKA: per-slot features of the global f^e, 
 SLOT_ENCODING = "slot_encoding"  # FedSKA: GNN_E's encodings of a client's slots, sent down
 GRAD = "grad"  # FedSKA: gradient of the client head's loss w.r.t. SLOT_ENCODING, sent up
 HEAD = "head"  # FedSKA: the global model's head f^s (`head.*` without the prefix), sent down
+EMBED_MODEL = "embed_model"  # FedSKA fused: the global model whose slot features a train reply carries
 H_G = "h_g"  # the one array of GRAPH_TARGET and SLOT_ENCODING: float32 [L, d]
 H_C = "h_c"  # the one array of DESCRIPTOR: float32 [d]
 SLOT_P = "p"  # the one array of SLOT_FEATURES: float32 [L, d]
@@ -75,3 +81,7 @@ class FedSKATrain(TrainInstructions):
 
     lambda_s: float = Field(ge=0.0)
     num_slots: int | None = Field(None, ge=1)
+    # schedule=fused: before training, reply the L slot features of `embed_model` (or of `global`
+    # without it) as `slot_features`; with a `head` record, also the gradient of the head's slot
+    # loss w.r.t. `graph_target` as `grad` (the query.ska_embed / query.ska_grad answers)
+    embed_slots: int | None = Field(None, ge=1)
