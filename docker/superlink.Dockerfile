@@ -1,4 +1,6 @@
-# The SuperLink: the official Flower 1.39 image; /app/state (owned by the image's `app` user) seeds the
+# The SuperLink: the Flower 1.39 SuperLink image (BASE: the official one by default, or a local
+# stand-in from docker/scripts/build_bases.sh); /app/state (owned by the image's `app` user) seeds the
 # `superlink-state` volume that keeps the database of registered SuperNode keys across restarts.
-FROM flwr/superlink:1.39.0
+ARG BASE=flwr/superlink:1.39.0
+FROM ${BASE}
 RUN mkdir -p /app/state

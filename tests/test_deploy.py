@@ -3,6 +3,7 @@ installed Flower's command lines, run-outcome parsing, node data roots and devic
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -153,19 +154,56 @@ def test_committed_compose_file_is_the_rendered_one():
 
 def test_compose_services_use_accepted_flags_and_the_pinned_images():
     services = compose_file()["services"]
-    assert {"superlink", "superexec-serverapp"} <= set(services)
+    assert {"superlink", "superexec-serverapp", "cli"} <= set(services)
     pinned = flwr.__version__.rsplit(".", 1)[0]  # 1.39 (pyproject: flwr>=1.39,<1.40)
     assert deploy.FLOWER_VERSION.startswith(pinned + ".")
+    flower = "${FLWR_IMAGES:-flwr}"  # Docker Hub's flwr/* unless FLWR_IMAGES names local bases
     for name, service in services.items():
-        assert_accepted(command_of(service))
-        if "image" in service and service["image"].startswith("flwr/"):
-            assert service["image"] == f"flwr/supernode:{deploy.FLOWER_VERSION}"
+        if name != "cli":
+            assert_accepted(command_of(service))
+        if "build" in service:
+            role = "superlink" if name == "superlink" else "superexec"
+            assert service["build"]["args"]["BASE"] == f"{flower}/{role}:{deploy.FLOWER_VERSION}"
+        elif name.startswith("supernode-"):
+            assert service["image"] == f"{flower}/supernode:{deploy.FLOWER_VERSION}"
     for dockerfile, base in (("superlink.Dockerfile", "flwr/superlink"),
                              ("superexec.Dockerfile", "flwr/superexec")):
         text = (REPO / "docker" / dockerfile).read_text()
-        assert re.search(rf"^FROM {base}:{re.escape(deploy.FLOWER_VERSION)}$", text, re.M), dockerfile
-        for source in re.findall(r"^COPY (\S+)", text, re.M):
-            assert (REPO / source).exists(), f"{dockerfile} copies missing {source}"
+        assert re.search(rf"^ARG BASE={base}:{re.escape(deploy.FLOWER_VERSION)}$", text, re.M), dockerfile
+        assert re.search(r"^FROM \$\{BASE\}$", text, re.M), dockerfile
+        for sources in re.findall(r"^COPY (?!--from)(.+) \S+$", text, re.M):  # from the context
+            for source in sources.split():
+                assert (REPO / source).exists(), f"{dockerfile} copies missing {source}"
+    local = (REPO / "docker" / "base.Dockerfile").read_text()  # the local stand-ins' entrypoints
+    for role in ("superlink", "supernode", "superexec"):
+        assert re.search(rf'^FROM base AS {role}\nENTRYPOINT \["flower-{role}"\]$', local, re.M)
+
+
+def test_compose_file_is_valid_for_compose_v1_and_v2():
+    spec = compose_file()
+    assert "name" not in spec and "version" not in spec  # v1 rejects `name:`; `version:` is obsolete
+    if shutil.which("docker-compose"):  # Compose v1 (Debian's docker-compose 1.29) validates it
+        result = subprocess.run(["docker-compose", "-f", str(COMPOSE), "config", "-q"],
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+
+
+def test_compose_publishes_only_the_fleet_port_and_keeps_the_control_api_on_loopback():
+    services = compose_file()["services"]
+    link = command_of(services["superlink"])
+    assert flag(link, "--host") == "127.0.0.1"
+    assert services["superlink"]["ports"] == [
+        f"${{BOUQUET_FLEET_PUBLISH:-{deploy.FLEET_PORT}}}:{deploy.FLEET_PORT}"]
+    assert flag(link, "--port") == str(deploy.CONTROL_PORT)
+    assert not any("ports" in s for n, s in services.items() if n != "superlink")
+    # Who reaches the control port shares the SuperLink's network namespace: its executor and the CLI.
+    for name in ("superexec-serverapp", "cli"):
+        assert services[name]["network_mode"] == "service:superlink"
+    cli_config = (REPO / "docker" / "flwr-cli.toml").read_text()
+    assert f'address = "127.0.0.1:{deploy.CONTROL_PORT}"' in cli_config
+    assert f"[superlink.{deploy.COMPOSE_CONNECTION}]" in cli_config
+    assert mounts(services["cli"])["/app/.flwr/config.toml"] == "./flwr-cli.toml"
+    assert mounts(services["cli"])[deploy.CONTAINER_APP] == "${BOUQUET_APP:-..}"
 
 
 def test_compose_wires_ports_partitions_tls_and_data():
@@ -174,7 +212,7 @@ def test_compose_wires_ports_partitions_tls_and_data():
     link = command_of(services["superlink"])
     fleet = flag(link, "--fleet-api-address").rsplit(":", 1)[1]
     control = flag(link, "--port")
-    assert sorted(services["superlink"]["ports"]) == sorted([f"{fleet}:{fleet}", f"{control}:{control}"])
+    assert services["superlink"]["ports"] == [f"${{BOUQUET_FLEET_PUBLISH:-{fleet}}}:{fleet}"]
     certs = {t for t, source in mounts(services["superlink"]).items() if source == "./certs"}
     for key in ("--ssl-ca-certfile", "--ssl-certfile", "--ssl-keyfile"):
         assert any(flag(link, key).startswith(c) for c in certs), key

@@ -127,23 +127,46 @@ CONTAINER_KEYS = "/app/keys"  # one SuperNode's private key (read-only mount)
 CONTAINER_DATA = "/data"  # data sets (read-only mount) = the node's data-root
 CONTAINER_STATE = "/app/state"  # SuperLink database (named volume: registrations survive restarts)
 CONTAINER_OUTPUTS = "/app/outputs"  # run results written by the ServerApp
+CONTAINER_APP = "/src"  # the repository, read-only, in the `cli` service: what `flwr run` submits
+COMPOSE_CONNECTION = "bouquet-docker"  # the `cli` service's SuperLink connection (docker/flwr-cli.toml)
+# Where Flower's images come from: Docker Hub's `flwr` (default) or the local stand-ins of
+# docker/scripts/build_images.sh --local-bases (FLWR_IMAGES=bouquet-base).
+FLOWER_IMAGES = "${FLWR_IMAGES:-flwr}"
+
+
+def flower_image(role: str) -> str:
+    """A Flower 1.39 image (`superlink`, `supernode`, `superexec`) as Compose interpolates it."""
+    return f"{FLOWER_IMAGES}/{role}:{FLOWER_VERSION}"
 
 
 def compose(num_supernodes: int) -> dict:
-    """docker/compose.yml as a dict: the same command lines as bare metal, with container paths."""
+    """docker/compose.yml as a dict: the same command lines as bare metal, with container paths.
+
+    Only the Fleet port is published. The SuperLink's HTTP API (Control + Runtime, `CONTROL_PORT`)
+    listens on 127.0.0.1 inside its container: its executor and the `cli` service share the
+    SuperLink's network namespace and reach it there; SuperNode containers and other hosts cannot.
+    Valid for Compose v1 (1.27+) and v2: no top-level `name:`, the project is named with `-p bouquet`."""
     tls = Tls.in_dir(CONTAINER_CERTS)
+    link = superlink(tls, f"{CONTAINER_STATE}/state.db", host="127.0.0.1")
+
+    def build(dockerfile: str, role: str) -> dict:
+        # BOUQUET_BUILD_NETWORK / BOUQUET_PIP_OPTIONS: a local wheelhouse (docker/scripts/build_images.sh)
+        return {"context": "..", "dockerfile": f"docker/{dockerfile}",
+                "network": "${BOUQUET_BUILD_NETWORK:-default}",
+                "args": {"BASE": flower_image(role), "PIP_OPTIONS": "${BOUQUET_PIP_OPTIONS:-}"}}
 
     def app_image() -> dict:  # a fresh dict per service (no YAML anchors in the file)
-        return {"build": {"context": "..", "dockerfile": "docker/superexec.Dockerfile"},
+        return {"build": build("superexec.Dockerfile", "superexec"),
                 "image": f"bouquet-superexec:{FLOWER_VERSION}"}
 
     services: dict = {
         "superlink": {
-            "build": {"context": "..", "dockerfile": "docker/superlink.Dockerfile"},
+            "build": build("superlink.Dockerfile", "superlink"),
             "image": f"bouquet-superlink:{FLOWER_VERSION}",
-            "entrypoint": superlink(tls, f"{CONTAINER_STATE}/state.db")[:1],
-            "command": superlink(tls, f"{CONTAINER_STATE}/state.db")[1:],
-            "ports": [f"{FLEET_PORT}:{FLEET_PORT}", f"{CONTROL_PORT}:{CONTROL_PORT}"],
+            "entrypoint": link[:1],
+            "command": link[1:],
+            # The Fleet API only; BOUQUET_FLEET_PUBLISH=127.0.0.1:9092 keeps it on this host.
+            "ports": [f"${{BOUQUET_FLEET_PUBLISH:-{FLEET_PORT}}}:{FLEET_PORT}"],
             "volumes": [f"./certs:{CONTAINER_CERTS}:ro", f"superlink-state:{CONTAINER_STATE}"],
             "restart": "unless-stopped",
         },
@@ -157,12 +180,26 @@ def compose(num_supernodes: int) -> dict:
             "depends_on": ["superlink"],
             "restart": "unless-stopped",
         },
+        # `docker compose -p bouquet -f docker/compose.yml run --rm cli flwr run /src bouquet-docker`:
+        # the `flwr` CLI inside the SuperLink's network namespace (the Control API is on its loopback).
+        "cli": {
+            "image": f"bouquet-superexec:{FLOWER_VERSION}",
+            "profiles": ["cli"],
+            "entrypoint": [],
+            "command": ["flwr", "--help"],
+            "network_mode": "service:superlink",
+            "working_dir": CONTAINER_APP,
+            "volumes": [f"./certs/ca.crt:{CONTAINER_CERTS}/ca.crt:ro", f"./keys:{CONTAINER_KEYS}:ro",
+                        f"./flwr-cli.toml:/app/.flwr/config.toml:ro",
+                        f"${{BOUQUET_APP:-..}}:{CONTAINER_APP}:ro"],
+            "depends_on": ["superlink"],
+        },
     }
     for i in range(num_supernodes):
         command = supernode(tls, f"superlink:{FLEET_PORT}", f"{CONTAINER_KEYS}/supernode-{i}", i,
                             num_supernodes, data_root=CONTAINER_DATA)
         services[f"supernode-{i}"] = {
-            "image": f"flwr/supernode:{FLOWER_VERSION}",
+            "image": flower_image("supernode"),
             "entrypoint": command[:1],
             "command": command[1:],
             "volumes": [f"./certs/ca.crt:{CONTAINER_CERTS}/ca.crt:ro",
@@ -176,22 +213,23 @@ def compose(num_supernodes: int) -> dict:
             "entrypoint": clientapp_executor()[:1],
             "command": clientapp_executor()[1:],
             "environment": dict(EXECUTOR_ENV),
-            "network_mode": f"service:supernode-{i}",  # its SuperNode's runtime API on 127.0.0.1
+            # its SuperNode's runtime API on 127.0.0.1; restart it with its SuperNode (a restarted
+            # SuperNode has a new network namespace)
+            "network_mode": f"service:supernode-{i}",
             "volumes": [f"${{BOUQUET_DATA:-./data}}:{CONTAINER_DATA}:ro"],
             "shm_size": "1gb",  # torch worker shared memory (the 64 MB default is too small)
             "depends_on": [f"supernode-{i}"],
             "restart": "unless-stopped",
         }
-    return {"name": "bouquet", "services": services,
-            "volumes": {"superlink-state": {}, "outputs": {}}}
+    return {"services": services, "volumes": {"superlink-state": {}, "outputs": {}}}
 
 
 COMPOSE_HEADER = """\
 # Bouquet multi-node demo: one SuperLink, {n} SuperNodes, their executors; TLS and SuperNode auth on.
 # Generated by `python -m server_app.harness.deploy compose --supernodes {n} > docker/compose.yml` from the
 # same functions the loopback end-to-end tests run (tests/test_deploy.py checks they agree).
-# Before `docker compose -f docker/compose.yml up --build`: docker/scripts/gen_certs.sh and
-# docker/scripts/gen_keys.sh (see README, "Deploy").
+# Works with Compose v1 (docker-compose 1.29) and v2; name the project: `-p bouquet`. The whole
+# sequence (certificates, keys, build, up, key registration, a run): docs/deploy-compose.md.
 """
 
 

@@ -1,0 +1,306 @@
+"""The Docker Compose demo, run for real: docker/compose.yml with TLS and SuperNode authentication.
+
+Builds the images (docker/scripts/build_images.sh, on local Flower bases unless the official flwr/*
+images are present), makes certificates and keys with docker/scripts/gen_certs.sh and gen_keys.sh,
+brings up the SuperLink, 3 SuperNodes and their executors under Compose project `bouquet-e2e`,
+registers the keys (docker/scripts/register_keys.sh from the `cli` service), runs a job with `flwr
+run` and compares its numbers with the same job in this process, checks that the SuperLink's HTTP
+API (Control + Runtime) cannot be reached from a SuperNode container nor through the SuperLink
+container's address while the Fleet API can, restarts one SuperNode and checks it rejoins as the
+same node and client, and tears everything down (no container, network or volume left).
+
+Slow (minutes; first build longer): enabled by BOUQUET_COMPOSE_E2E=1, see docs/deploy-compose.md.
+Uses the Docker daemon at DOCKER_HOST (or the default socket); without one it starts its own (as
+root: `dockerd` with its own socket and data root under $BOUQUET_DOCKER_ROOT, default
+~/.cache/bouquet/docker, kept so that base images and wheels are reused) and stops it by its PID.
+Missing tools (docker.io, docker-compose, debootstrap) are installed with apt-get when run as root.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from server_app.harness import deploy
+from server_app.harness.loopback import free_port
+from server_app.harness.outcome import run_config_arg
+from server_app.harness.simulate import simulate
+from tests.conftest import REPO
+from tests.test_deploy_e2e import BASE, numbers, rounds_of
+
+pytestmark = [pytest.mark.e2e, pytest.mark.docker]
+
+ENABLED = os.environ.get("BOUQUET_COMPOSE_E2E") == "1"
+PROJECT = "bouquet-e2e"
+COMPOSE_FILE = REPO / "docker" / "compose.yml"
+CACHE = Path(os.environ.get("BOUQUET_DOCKER_ROOT", Path.home() / ".cache" / "bouquet" / "docker"))
+WHEELS = Path(os.environ.get("BOUQUET_WHEELS", CACHE / "wheels"))
+NODES = 3
+APT_PACKAGES = {"dockerd": "docker.io", "docker-compose": "docker-compose", "debootstrap": "debootstrap"}
+
+
+def sh(*argv: str, env: dict | None = None, timeout: float = 600, check: bool = True,
+       ) -> subprocess.CompletedProcess:
+    result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{' '.join(argv)} exited {result.returncode}:\n"
+                             f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    return result
+
+
+def docker_env(host: str | None) -> dict[str, str]:
+    env = {**os.environ, "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1"}
+    if host:
+        env["DOCKER_HOST"] = host
+    return env
+
+
+def reachable(env: dict[str, str]) -> bool:
+    return shutil.which("docker") is not None and subprocess.run(
+        ["docker", "info"], env=env, capture_output=True, timeout=60).returncode == 0
+
+
+def install_missing() -> str:
+    """apt-get install what is missing; the reason it cannot be done ('' when all is there)."""
+    missing = [pkg for tool, pkg in APT_PACKAGES.items() if shutil.which(tool) is None]
+    if not missing:
+        return ""
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        return f"{', '.join(missing)} missing and not root with apt-get to install them"
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-qq"], env=env, capture_output=True, timeout=600)
+    done = subprocess.run(["apt-get", "install", "-y", "-qq", *missing], env=env,
+                          capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:
+        return f"apt-get install {' '.join(missing)} failed: {done.stderr[-500:]}"
+    return ""
+
+
+@pytest.fixture(scope="module")
+def docker():
+    """The environment for docker/docker-compose: an existing daemon, or one started here."""
+    if not ENABLED:
+        pytest.skip("the Compose demo test takes minutes: BOUQUET_COMPOSE_E2E=1 enables it "
+                    "(docs/deploy-compose.md)")
+    env = docker_env(None)
+    if reachable(env) and shutil.which("docker-compose") and shutil.which("debootstrap"):
+        yield env
+        return
+    reason = install_missing()
+    if reason:
+        pytest.skip(f"Docker cannot be installed here: {reason}")
+    env = docker_env(None)
+    if reachable(env):
+        yield env
+        return
+    if os.geteuid() != 0:
+        pytest.skip("no Docker daemon reachable and not root to start one")
+    CACHE.mkdir(parents=True, exist_ok=True)
+    socket_path = CACHE / "docker.sock"
+    env = docker_env(f"unix://{socket_path}")
+    log = (CACHE / "dockerd.log").open("a")
+    # No iptables/NAT/default bridge: Compose's own bridge network stays on this machine.
+    daemon = subprocess.Popen(
+        ["dockerd", "--iptables=false", "--ip-masq=false", "--bridge=none",
+         "--host", f"unix://{socket_path}", "--data-root", str(CACHE / "data"),
+         "--exec-root", str(CACHE / "exec"), "--pidfile", str(CACHE / "dockerd.pid")],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not reachable(env):
+            if daemon.poll() is not None or time.monotonic() > deadline:
+                pytest.skip(f"dockerd did not start (exit {daemon.poll()}); see {CACHE}/dockerd.log")
+            time.sleep(0.5)
+        yield env
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        try:
+            daemon.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait(timeout=30)
+
+
+class Demo:
+    """docker-compose -p bouquet-e2e with its certificates, keys and data in `root`."""
+
+    def __init__(self, root: Path, env: dict[str, str]):
+        self.root = root
+        self.env = {**env, "BOUQUET_APP": str(REPO), "BOUQUET_DATA": str(root / "data"),
+                    "BOUQUET_FLEET_PUBLISH": f"127.0.0.1:{free_port()}"}  # not 9092: no clash
+        if not all(sh("docker", "image", "inspect", f"flwr/{role}:{deploy.FLOWER_VERSION}",
+                      env=env, check=False).returncode == 0
+                   for role in ("superlink", "supernode", "superexec")):
+            self.env["FLWR_IMAGES"] = "bouquet-base"  # local bases (build_images.sh --local-bases)
+
+    def compose(self, *args: str, timeout: float = 600, check: bool = True):
+        return sh("docker-compose", "-p", PROJECT, "--project-directory", str(self.root),
+                  "-f", str(COMPOSE_FILE), *args, env=self.env, timeout=timeout, check=check)
+
+    def cli(self, *argv: str, timeout: float = 600, check: bool = True):
+        """A command in the `cli` service (the SuperLink's network namespace)."""
+        return self.compose("run", "--rm", "-T", "cli", *argv, timeout=timeout, check=check)
+
+    def container(self, service: str) -> str:
+        return self.compose("ps", "-q", service).stdout.strip()
+
+    def nodes(self) -> dict[int, str]:
+        """node id -> status (`online`, `offline`, ...) as the SuperLink lists them."""
+        listing = json.loads(self.cli("flwr", "supernode", "list", deploy.COMPOSE_CONNECTION,
+                                      "--format", "json").stdout)
+        return {int(n["node-id"]): n["status"] for n in listing["nodes"]}
+
+    def wait_status(self, ids: set[int], status: str, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            nodes = self.nodes()
+            if all(nodes.get(i) == status for i in ids):
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"not all of {sorted(ids)} {status}: {nodes}\n"
+                                     f"{self.compose('logs', '--no-color', '--tail', '30').stdout[-4000:]}")
+            time.sleep(3)
+
+
+def connects(env: dict[str, str], container: str, host: str, port: int) -> bool:
+    """Whether a TCP connection from inside `container` to host:port succeeds."""
+    probe = ("import socket, sys\ntry:\n    socket.create_connection((sys.argv[1], int(sys.argv[2])), 5)"
+             "\nexcept OSError as err:\n    print(err)\n    sys.exit(1)")
+    return sh("docker", "exec", container, "python", "-c", probe, host, str(port), env=env,
+              check=False).returncode == 0
+
+
+def host_connects(address: str, port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(5)
+        return sock.connect_ex((address, port)) == 0
+
+
+def project_leftovers(env: dict[str, str]) -> dict[str, str]:
+    label = f"label=com.docker.compose.project={PROJECT}"
+    return {kind: sh("docker", *command, "--filter", label, "-q", env=env).stdout.strip()
+            for kind, command in (("containers", ("ps", "-a")), ("networks", ("network", "ls")),
+                                  ("volumes", ("volume", "ls")))}
+
+
+def job(run_name: str) -> dict:
+    return {**BASE, "method": "fedavg", "output-dir": deploy.CONTAINER_OUTPUTS, "run-name": run_name}
+
+
+def run_and_fetch(demo: Demo, run_name: str, into: Path) -> Path:
+    """`flwr run` in the `cli` service until the run completed; its run folder copied to `into`."""
+    result = demo.cli("python", "-m", "server_app.harness.outcome", deploy.CONTAINER_APP,
+                      deploy.COMPOSE_CONNECTION, "--run-config", run_config_arg(job(run_name)),
+                      "--timeout", "600", check=False, timeout=700)
+    assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    assert "finished:completed" in result.stdout
+    server = demo.container("superexec-serverapp")
+    into.mkdir(parents=True, exist_ok=True)  # `docker cp` then copies the folder into it
+    sh("docker", "cp", f"{server}:{deploy.CONTAINER_OUTPUTS}/{run_name}", str(into), env=demo.env)
+    return into / run_name
+
+
+def assert_equals_in_process(out: Path, tmp_path: Path) -> None:
+    rounds = rounds_of(out)
+    assert [r["round"] for r in rounds] == [0, 1, 2]
+    assert all(r["failed-clients"] == [] and r["unreachable-clients"] == [] for r in rounds[1:])
+    assert all(r["clients-trained"] == NODES for r in rounds[1:])
+    summary = json.loads((out / "summary.json").read_text())
+    config = {**job(out.name), "output-dir": str(tmp_path / "in-process")}
+    reference = simulate(config, num_nodes=NODES)
+    assert numbers(summary["final"]) == pytest.approx(numbers(reference["final"]), rel=1e-5,
+                                                      abs=1e-6)
+
+
+def test_compose_demo_end_to_end(docker, tmp_path):
+    started = time.monotonic()
+    timings: dict[str, float] = {}
+    env = {**docker, "BOUQUET_WHEELS": str(WHEELS)}
+    # A wheelhouse on the host (kept between runs): the builds need no index. Wheels of the
+    # versions in constraints.txt, which the app image installs and this process runs with.
+    sh("bash", str(REPO / "docker/scripts/fetch_wheels.sh"), env={**env, "PYTHON": sys.executable},
+       timeout=1800)
+    timings["wheels"] = time.monotonic() - started
+    root = tmp_path / "demo"
+    (root / "data").mkdir(parents=True)
+    demo = Demo(root, env)
+    local_bases = ["--local-bases"] if "FLWR_IMAGES" in demo.env else []
+    sh("bash", str(REPO / "docker/scripts/build_images.sh"), *local_bases, env=env, timeout=1800)
+    timings["build"] = time.monotonic() - started - timings["wheels"]
+    print(sh("docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}} {{.Size}}",
+             env=env).stdout)
+    print(sh("docker", "version", "--format", "Docker {{.Server.Version}}", env=env).stdout.strip()
+          + ", docker-compose " + sh("docker-compose", "version", "--short", env=env).stdout)
+
+    sh("bash", str(REPO / "docker/scripts/gen_certs.sh"), str(root / "certs"), "superlink")
+    sh("bash", str(REPO / "docker/scripts/gen_keys.sh"), str(root / "keys"), str(NODES))
+    shutil.copy(REPO / "docker" / "flwr-cli.toml", root / "flwr-cli.toml")
+    # The images run as Flower's `app` user (uid 49999): it must read the private keys.
+    for key in [root / "certs" / "server.key", *(root / "keys").glob("supernode-?")]:
+        os.chown(key, 49999, 49999)
+    try:
+        up = time.monotonic()
+        demo.compose("up", "-d", "--no-build", "superlink", "superexec-serverapp")
+        deadline = time.monotonic() + 120  # the Control API answers once the SuperLink is up
+        while (listed := demo.cli("flwr", "supernode", "list", deploy.COMPOSE_CONNECTION,
+                                  check=False)).returncode != 0:
+            assert time.monotonic() < deadline, listed.stdout + listed.stderr
+            time.sleep(3)
+        registered = demo.cli("bash", f"{deploy.CONTAINER_APP}/docker/scripts/register_keys.sh",
+                              deploy.COMPOSE_CONNECTION, deploy.CONTAINER_KEYS).stdout
+        node_ids = [int(n) for n in re.findall(r"SuperNode (\d+) registered", registered)]
+        assert len(set(node_ids)) == NODES, registered  # site-0, site-1, site-2 in this order
+        demo.compose("up", "-d", "--no-build")
+        demo.wait_status(set(node_ids), "online")
+        timings["up"] = time.monotonic() - up
+
+        # Closed control port: only the Fleet API is published, and neither a SuperNode container
+        # nor anyone dialling the SuperLink container's address reaches the HTTP API.
+        link = demo.container("superlink")
+        published = sh("docker", "port", link, env=env).stdout.split()
+        host_port = demo.env["BOUQUET_FLEET_PUBLISH"]  # 127.0.0.1:<free port>
+        assert published == [f"{deploy.FLEET_PORT}/tcp", "->", host_port]
+        assert host_connects("127.0.0.1", int(host_port.rsplit(":", 1)[1]))
+        node0 = demo.container("supernode-0")
+        assert connects(env, node0, "superlink", deploy.FLEET_PORT)
+        assert not connects(env, node0, "superlink", deploy.CONTROL_PORT)
+        address = sh("docker", "inspect", "-f",
+                     "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", link,
+                     env=env).stdout.strip()
+        assert host_connects(address, deploy.FLEET_PORT)
+        assert not host_connects(address, deploy.CONTROL_PORT)
+
+        ran = time.monotonic()
+        out = run_and_fetch(demo, "fedavg", tmp_path / "runs")
+        timings["run"] = time.monotonic() - ran
+        assert_equals_in_process(out, tmp_path)
+        listing = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+        print(f"run folder {out.name}/: {listing}")
+        assert {"summary.json", "rounds.jsonl", "clients.csv"} <= set(listing)
+
+        # One SuperNode (with its executor, which lives in its network namespace) stops and
+        # starts again: the same key, so the same node id; the same node config, so the same
+        # client; the next run trains all 3 clients and again equals the in-process run.
+        demo.compose("stop", "supernode-1", "superexec-clientapp-1")
+        demo.wait_status({node_ids[1]}, "offline", timeout=120)
+        demo.compose("start", "supernode-1", "superexec-clientapp-1")
+        demo.wait_status(set(node_ids), "online")  # the same key: the same node id
+        out = run_and_fetch(demo, "fedavg-after-restart", tmp_path / "runs")
+        assert_equals_in_process(out, tmp_path / "again")
+    finally:
+        logs = demo.compose("logs", "--no-color", "--tail", "40", check=False).stdout
+        demo.compose("down", "--volumes", "--remove-orphans", timeout=300, check=False)
+        print(logs[-6000:])
+    assert project_leftovers(env) == {"containers": "", "networks": "", "volumes": ""}
+    timings["total"] = time.monotonic() - started
+    print("timings (s): " + ", ".join(f"{k} {v:.0f}" for k, v in timings.items()))
