@@ -27,6 +27,8 @@ from benchmarks.compare import REPO
 
 log = logging.getLogger("bouquet.benchmarks")
 
+# the private instance's address: on loopback (Ray would replace 127.0.0.1 by a routable address)
+LOCAL_NODE_IP = "127.0.0.2"
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -96,7 +98,8 @@ def run_all(fn: Callable[[T], R], items: Sequence[T], placement: Placement) -> I
     else:  # a private instance: its own temp dir, never another user's cluster
         temp_dir = tempfile.mkdtemp(prefix="bq-ray-", dir="/tmp")
         ray.init(address="local", num_cpus=placement.workers, num_gpus=0, runtime_env=runtime_env,
-                 include_dashboard=False, logging_level=logging.WARNING, _temp_dir=temp_dir)
+                 include_dashboard=False, logging_level=logging.WARNING, _temp_dir=temp_dir,
+                 _node_ip_address=LOCAL_NODE_IP)
     log.info("running %d federations on %s", len(items), placement.describe())
     try:
         remote = ray.remote(num_cpus=1, max_retries=0)(_task)
