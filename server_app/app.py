@@ -18,6 +18,7 @@ from server_app.callbacks import RunCallback
 from server_app.checkpoint import CheckpointStore
 from server_app.reporting import RunRecorder
 from server_app.runner import FederationRunner
+from strategies.client_matrix import ClientMatrixStorage
 from strategies.contracts.base import ConfigError
 from strategies.contracts.run import RunConfig
 from strategies import priors
@@ -86,6 +87,8 @@ def run(grid: Grid, cfg: RunConfig, connect_timeout: float = 300.0,
     strategy = build_strategy(cfg)  # may reject inputs (e.g. a graph file): before writing anything
     checkpoints = CheckpointStore(directory / "checkpoints")
     check_run_directory(cfg, directory, checkpoints)
+    if hasattr(strategy, "matrix_storage"):  # per-client matrices above the size: files in the run dir
+        strategy.matrix_storage = ClientMatrixStorage(cfg.client_matrix_mmap_bytes, directory)
     recorder = RunRecorder(directory, cfg.flat(), fresh=not cfg.resume)
     runner = FederationRunner(grid, cfg, strategy, recorder, ground_truth(cfg), checkpoints,
                               callbacks)

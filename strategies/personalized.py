@@ -19,6 +19,7 @@ from flwr.serverapp.strategy import Strategy
 from flwr.serverapp.strategy.fedtrimmedavg import trim_mean
 from flwr.serverapp.strategy.strategy_utils import sample_nodes
 
+from strategies.client_matrix import ClientMatrixStorage
 from strategies.clients import ClientGrid
 from strategies.messages import CONFIG, EVALUATE, METRICS, PERSONAL, TrainReply
 from strategies.params import ParameterLayout
@@ -67,6 +68,8 @@ class PersonalizedStrategy(Strategy, MethodReporter):
         self.aggregation = "mean"  # rule of the global part (`robust_mean`); set by the registry
         self.trim_fraction = 0.2
         self.last_trained = torch.full((num_clients,), -1, dtype=torch.long)  # round; -1 = never
+        # where V (and a subclass's other [N, P] matrices) live: memory, or a file above a size
+        self.matrix_storage = ClientMatrixStorage()  # set from the run config by the ServerApp
 
     def freshness(self, server_round: int, decay: float = 1.0) -> torch.Tensor:
         """Weight [N] of every client's row: 0 for a client that never trained (its row is still the
@@ -105,7 +108,7 @@ class PersonalizedStrategy(Strategy, MethodReporter):
         self.clients = grid
         if self.layout is None:
             self.layout = ParameterLayout.of(arrays)
-            self.personal = self.layout.matrix(arrays, self.num_clients)
+            self.personal = self.matrix_storage.filled(self.layout.row(arrays), self.num_clients)
 
     def sample_size(self, online: int) -> int:
         """Clients trained per round out of `online`: max(1, ⌊ρ·online⌋), Flower's FedAvg rule (the
