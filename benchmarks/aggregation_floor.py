@@ -23,7 +23,8 @@ from datetime import datetime, timezone
 
 import torch
 
-from benchmarks.compare import RESULTS_DIR, benchmark_parser, code_version, machine_facts, set_threads
+from benchmarks.compare import (RESULTS_DIR, benchmark_parser, code_version, machine_facts, set_threads,
+                                versions_line)
 from benchmarks.sfl_scale import graphs
 from strategies.gcn import GCNPropagation
 
@@ -63,6 +64,7 @@ def markdown(meta: dict, rows: list[dict]) -> str:
         f"{' (with local changes)' if meta['code'].get('local-changes') else ''}",
         f"- machine: {meta['machine']['cpu']}, {meta['machine']['cores']} cores (torch threads "
         f"{meta['machine']['torch-threads']}), torch {meta['machine']['torch']}",
+        *versions_line(meta["machine"]),
         f"- float32 V [N, P], medians of {meta['reps']} repetitions after a warm-up, one process.", "",
         "| N | P | `V.mean(0)` s | `U.copy_(V)` ×mean | `V.clone()` ×mean | `V + V` ×mean | one kNN-10 hop into U ×mean |",
         "|---:|---:|---:|---:|---:|---:|---:|",

@@ -121,6 +121,8 @@ def machine_facts() -> dict[str, Any]:
                 break
     except OSError:
         pass
+    from models.kernels import kernel_facts
+
     return {
         "cpu": cpu,
         "cores": os.cpu_count(),
@@ -129,7 +131,27 @@ def machine_facts() -> dict[str, Any]:
         "flwr": flwr.__version__,
         "python": platform.python_version(),
         "platform": platform.platform(),
+        "cpu-kernels": kernel_facts(),
+        "libraries": library_versions(),
     }
+
+
+# The packages a run's numbers depend on besides torch and flwr (recorded with every results file).
+NUMERIC_LIBRARIES = ("numpy", "scipy", "scikit-learn", "umap-learn", "pynndescent", "numba", "pydantic",
+                     "torchvision")
+
+
+def library_versions() -> dict[str, str]:
+    """The installed version of each of `NUMERIC_LIBRARIES` ('missing' where not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for name in NUMERIC_LIBRARIES:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = "missing"
+    return found
 
 
 def code_version() -> dict[str, Any]:
@@ -354,7 +376,19 @@ def provenance(meta: dict[str, Any], title: str, machine_note: str = "") -> list
         + f", fingerprint {meta['code']['code-fingerprint']}",
         f"- machine: {m['cpu']}, {m['cores']} cores (torch threads {m['torch-threads']}), "
         f"torch {m['torch']}, flwr {m['flwr']}, Python {m['python']}{machine_note}",
+        *versions_line(m),
     ]
+
+
+def versions_line(machine: dict[str, Any]) -> list[str]:
+    """The libraries and CPU kernels line of a results file (absent in files written before they were
+    recorded)."""
+    if "libraries" not in machine:
+        return []
+    libraries = ", ".join(f"{name} {v}" for name, v in machine["libraries"].items())
+    kernels = machine.get("cpu-kernels", {})
+    return [f"- libraries: {libraries}; CPU kernels: {kernels.get('mode', '?')} "
+            f"(torch {kernels.get('torch-cpu-capability', '?')})"]
 
 
 def markdown(meta: dict[str, Any], summaries: list[dict[str, Any]]) -> str:

@@ -34,7 +34,7 @@ from benchmarks.compare import (
 
 
 def quick_start() -> dict[str, str]:
-    """The install, main and test commands of the README's quick start (its first bash block),
+    """The venv, install, main and test commands of the README's quick start (its first bash block),
     each without its trailing comment."""
     block = re.search(r"^## Quick start\n.*?```bash\n(.*?)```", (REPO / "README.md").read_text(),
                       re.S | re.M)
@@ -43,7 +43,8 @@ def quick_start() -> dict[str, str]:
     commands: dict[str, str] = {}
     for line in block.group(1).splitlines():
         command = line.split("  #")[0].strip()
-        for name, prefix in (("install", "pip install"), ("main", "flwr run"), ("test", "pytest")):
+        for name, prefix in (("venv", "python -m venv"), ("install", "pip install"), ("main", "flwr run"),
+                             ("test", "pytest")):
             if command.startswith(prefix):
                 commands.setdefault(name, command)
     return commands

@@ -287,7 +287,7 @@ def plot_bytes(results: list[CellResult], setting: str, rho: float, seed: int,
 def write_outputs(results: list[CellResult], settings: Sequence[Setting], rhos: Sequence[float],
                   seeds: Sequence[int], results_dir: Path, command: str,
                   started: float, extra: dict[str, Any] | None = None) -> None:
-    from benchmarks.compare import code_version, machine_facts
+    from benchmarks.compare import code_version, machine_facts, versions_line
 
     m, code = machine_facts(), code_version()
     extra = extra or {}
@@ -297,6 +297,7 @@ def write_outputs(results: list[CellResult], settings: Sequence[Setting], rhos: 
         f"{code.get('commit', '?')}" + (" (with local changes)" if code.get("local-changes") else "")
         + f"; wall time {(time.time() - started) / 60:.1f} min",
         f"- machine: {m['cpu']}, {m['cores']} cores (torch threads {m['torch-threads']})",
+        *versions_line(m),
         "- common budget: " + ", ".join(f"{k}={v}" for k, v in COMMON.items())
         + ("; overridden: " + ", ".join(f"{k}={v}" for k, v in extra.items()) if extra else ""),
     ]

@@ -9,6 +9,10 @@ os.environ.setdefault("NUMBA_CACHE_DIR", str(Path.home() / ".cache" / "bouquet-n
 
 import pytest  # noqa: E402
 
+from models.kernels import use_portable_kernels  # noqa: E402
+
+use_portable_kernels()  # before any test computes a tensor: the golden runs hold on every x86-64 CPU
+
 REPO = Path(__file__).resolve().parent.parent
 
 

@@ -72,8 +72,9 @@ def flatten(record: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def differences(got: dict[str, Any], want: dict[str, Any], rel: float = 1e-6,
                 abs_tol: float = 1e-9) -> list[str]:
-    """What differs between two round records: the same keys, numbers within `rel`/`abs_tol`
-    (floats only), everything else (ints, strings, lists of client ids) exactly. Empty if equal.
+    """What differs between two round records: the same keys; floats (also inside lists, such as a
+    per-step loss list) within `rel`/`abs_tol`; ints, strings, booleans and the length of a list (client
+    ids, counts, names) exactly. Empty if equal.
 
     Written out instead of `pytest.approx` over the whole record, which newer pytest refuses for
     records holding lists, and which would also let integer counts and ids pass approximately."""
@@ -81,14 +82,17 @@ def differences(got: dict[str, Any], want: dict[str, Any], rel: float = 1e-6,
     problems = [f"{key}: missing" for key in sorted(set(want_flat) - set(got_flat))]
     problems += [f"{key}: not recorded" for key in sorted(set(got_flat) - set(want_flat))]
     for key in sorted(set(got_flat) & set(want_flat)):
-        a, b = got_flat[key], want_flat[key]
-        if isinstance(a, float) or isinstance(b, float):
-            if isinstance(a, bool) or isinstance(b, bool) or not isinstance(a, (int, float)) \
-                    or not isinstance(b, (int, float)) or not math.isclose(a, b, rel_tol=rel, abs_tol=abs_tol):
-                problems.append(f"{key}: {a!r} != {b!r}")
-        elif a != b or type(a) is not type(b):
-            problems.append(f"{key}: {a!r} != {b!r}")
+        if not _same(got_flat[key], want_flat[key], rel, abs_tol):
+            problems.append(f"{key}: {got_flat[key]!r} != {want_flat[key]!r}")
     return problems
+
+
+def _same(a: Any, b: Any, rel: float, abs_tol: float) -> bool:
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y, rel, abs_tol) for x, y in zip(a, b))
+    if isinstance(a, float) or isinstance(b, float):  # JSON keeps a float's ".0": an int here is a change
+        return isinstance(a, float) and isinstance(b, float) and math.isclose(a, b, rel_tol=rel, abs_tol=abs_tol)
+    return type(a) is type(b) and a == b
 
 
 def run_case(case: str, output_dir: Path) -> list[dict[str, Any]]:

@@ -40,7 +40,8 @@ def test_ci_runs_exactly_the_readme_install_and_test_commands():
     commands = quick_start()
     steps = [line.strip() for line in (REPO / ".ci" / "run").read_text().splitlines()
              if line.strip() and not line.lstrip().startswith(("#", "set ", "cd ", "export "))]
-    assert steps == [commands["install"], commands["test"]]
+    assert steps == [commands["venv"], commands["install"], commands["test"]]
+    assert "-c constraints.txt" in commands["install"]
     assert commands["main"] == "flwr run . --stream"
 
 
@@ -103,7 +104,7 @@ def test_readme_main_command_streams_the_run_and_writes_a_report(tmp_path):
     main = quick_start()["main"]
     checkout = tmp_path / "bouquet"
     shutil.copytree(REPO, checkout, ignore=shutil.ignore_patterns(
-        ".git", "outputs", "__pycache__", ".pytest_cache", "*.egg-info", "certs", "keys"))
+        ".git", ".venv", "venv", "outputs", "__pycache__", ".pytest_cache", "*.egg-info", "certs", "keys"))
     flwr_home = tmp_path / "flwr-home"
     env = {**os.environ, "FLWR_HOME": str(flwr_home), "PYTHONPATH": str(checkout),
            "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",

@@ -32,5 +32,10 @@ def test_the_comparison_tells_numbers_from_ids():
     assert differences({**want, "personalized": {"mean": 50.1}}, want) == ["personalized/mean: 50.1 != 50.0"]
     assert differences({**want, "failed-clients": [3]}, want) == ["failed-clients: [3] != []"]
     assert differences({**want, "phases": 2}, want) == ["phases: 2 != 1"]
+    assert differences({**want, "phases": 1.0}, want) == ["phases: 1.0 != 1"]
+    losses = {**want, "loss": [0.5, 0.25]}
+    assert differences({**losses, "loss": [0.5, 0.25 + 1e-9]}, losses) == []
+    assert differences({**losses, "loss": [0.5, 0.26]}, losses) == ["loss: [0.5, 0.26] != [0.5, 0.25]"]
+    assert differences({**losses, "loss": [0.5]}, losses) == ["loss: [0.5] != [0.5, 0.25]"]
     assert differences({"round": 1}, want) == ["failed-clients: missing", "personalized/mean: missing",
                                                "phases: missing"]
