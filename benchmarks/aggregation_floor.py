@@ -8,7 +8,7 @@ write U [N, P]: this script times, in one process on the same V, (1) `V.mean(0)`
 into a preallocated U (one read + one write of N·P floats: the floor of any per-client aggregation),
 (3) `V.clone()` (the same, allocating U), (4) `torch.add(V, V)` (two reads + one write, allocating),
 and (5) one kNN hop Â·V with k = 10 into the preallocated U (SFL's sparse plan, the compiled kernel
-of `strategies.spmm`). Ratios are to (1). Writes `benchmarks/results/<name>.{md,json}`.
+of `strategies.methods.sfl.spmm`). Ratios are to (1). Writes `benchmarks/results/<name>.{md,json}`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import torch
 from benchmarks.compare import (RESULTS_DIR, benchmark_parser, code_version, machine_facts, set_threads,
                                 versions_line)
 from benchmarks.sfl_scale import graphs
-from strategies.gcn import GCNPropagation
+from strategies.methods.sfl.gcn import GCNPropagation
 
 
 def timed(fn: Callable[[], object], reps: int) -> float:

@@ -156,7 +156,7 @@ def library_versions() -> dict[str, str]:
 
 def code_version() -> dict[str, Any]:
     """The commit (plus whether the tree had local changes) and Bouquet's code fingerprint."""
-    from strategies.contracts.provenance import code_fingerprint
+    from strategies.shared.provenance import code_fingerprint
 
     out: dict[str, Any] = {"code-fingerprint": code_fingerprint()}
     try:
@@ -181,9 +181,9 @@ def set_threads(threads: int) -> None:
 # --- running --------------------------------------------------------------------------------------
 def _check(methods: Sequence[str], overrides: dict[str, Any]) -> None:
     """Fail before the first (possibly long) run: unknown method, reserved or invalid key."""
-    from strategies.contracts.run import default_run_config
-    from strategies.contracts.run import RunConfig
-    from strategies.registry import method_names
+    from strategies.shared.run_config import default_run_config
+    from strategies.shared.run_config import RunConfig
+    from strategies.shared.registry import method_names
 
     if not methods:
         raise ValueError("no methods given")
@@ -219,9 +219,9 @@ def compare(
     `placement` the methods run as parallel tasks (`benchmarks.parallel`); the numbers are the same.
     """
     from benchmarks.parallel import ordered, run_all
-    from strategies.contracts.run import RunConfig
+    from strategies.shared.run_config import RunConfig
     from server_app.report_page import write_comparison_report
-    from strategies.contracts.run import default_run_config
+    from strategies.shared.run_config import default_run_config
 
     methods = list(methods)
     overrides = dict(overrides)

@@ -55,7 +55,7 @@ def supervised_ceiling(cfg: Any, pool: str, epochs: int, lr: float, seed: int) -
     from sklearn.metrics import normalized_mutual_info_score
     from torch.nn import functional as F
 
-    from client_app.fedcg import domain_logits
+    from client_app.methods.fedcg import domain_logits
     from models.fedcg import DomainClassifier
 
     x, d = domain_images(cfg, "train")
@@ -111,8 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     log_progress()
     set_threads(1)
-    from strategies.contracts.run import RunConfig
-    from strategies.contracts.run import default_run_config
+    from strategies.shared.run_config import RunConfig
+    from strategies.shared.run_config import default_run_config
 
     common = {**DEFAULTS, **parse_set(args.set)}
     rows, started = [], datetime.now(timezone.utc)

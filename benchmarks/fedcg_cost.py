@@ -2,9 +2,9 @@
 
     python -m benchmarks.fedcg_cost --samples 300 --reps 5 --name fedcg-client-cost
 
-Times the real client handlers (`client_app.fedavg.train` for message `train`, `client_app.fedcg.train`
+Times the real client handlers (`client_app.methods.fedavg.train` for message `train`, `client_app.methods.fedcg.train`
 for `train.fedcg`) called directly, as the ClientApp calls them, on one client of rotated MNIST (the
-`domains` partition) with one torch thread. The FedCG message is the one `strategies.fedcg.FedCG`
+`domains` partition) with one torch thread. The FedCG message is the one `strategies.methods.fedcg.server.FedCG`
 builds for round 1 (model with the GCN weights, student, teacher, adjacency). One FedCG local epoch
 is everything its handler does: the teacher's pseudo-domains for every image, the received
 student's agreement, one epoch of the FedCG model (V̂ = GCN(A, V, W) recomputed at every step) and
@@ -43,12 +43,12 @@ from benchmarks.compare import (
 )
 from client_app.app import app as client_app
 from models import build_model
-from strategies.contracts.run import RunConfig
+from strategies.shared.run_config import RunConfig
 from server_app.harness.local_grid import LocalGrid
-from strategies.contracts.run import default_run_config
-from strategies.fedcg import FedCG
-from strategies.phases import answer
-from strategies.messages import CONFIG, GLOBAL, TRAIN, TrainInstructions, with_client
+from strategies.shared.run_config import default_run_config
+from strategies.methods.fedcg.server import fedcg_for
+from strategies.shared.phases import answer
+from strategies.shared.messages import CONFIG, GLOBAL, TRAIN, TrainInstructions, with_client
 
 TARGET_RATIO = 2.0
 
@@ -81,15 +81,15 @@ def round_one(overrides: dict[str, Any]) -> tuple[RunConfig, dict[str, Message],
         """The strategy's balancing queries answered by this client's real handler."""
         return client_app(_deliver(message.content, message.metadata.message_type), context)
 
-    strategy = FedCG(cfg)
-    clients = SimpleNamespace(get_node_ids=lambda: [0])
-    strategy.bind(arrays, clients)
+    strategy = fedcg_for(cfg)
+    strategy.bind(arrays)
     start = time.perf_counter()
-    answer(strategy.update_labelling(clients), respond)
+    answer(strategy.update_labelling([0]), respond)
     balancing = time.perf_counter() - start
     if cfg.fedcg.balanced and strategy.labelling is None:
         raise RuntimeError("the balancing queries formed no labelling")
-    fedcg = next(iter(strategy.configure_train(1, arrays, ins, clients)))
+    online = SimpleNamespace(get_node_ids=lambda: [0])  # what configure_train asks of a grid
+    fedcg = next(iter(strategy.configure_train(1, arrays, ins, online)))
     messages = {
         "fedavg": _deliver(RecordDict({GLOBAL: arrays, CONFIG: ins}), TRAIN),
         "fedcg": _deliver(fedcg.content, fedcg.metadata.message_type),

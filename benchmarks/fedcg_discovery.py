@@ -9,9 +9,9 @@ The discovered domains depend only on the domain classifiers: the student learns
 pseudo-domains and never sees the main FedCG model, so a run of `benchmarks.fedcg_domains` spends
 most of its time on a model that does not change its NMI. This script runs that loop with the
 project's own pieces — the `domains` partition (`datasets.federated.load_client_data`), the domain
-classifier and its seeded initialisation as in `strategies.fedcg` (`models.fedcg.DomainClassifier`),
+classifier and its seeded initialisation as in `strategies.methods.fedcg.server` (`models.fedcg.DomainClassifier`),
 the client's student step (`client_app.training.train_epochs` with the same batch seeds), the
-federated standardisation and Sinkhorn labelling (`strategies.domain_balance`, fed with every train
+federated standardisation and Sinkhorn labelling (`strategies.methods.fedcg.domain_balance`, fed with every train
 client's sums as the strategy's exchanges are), FedAvg by image count and φ ← ϕ every T rounds —
 and reports the per-image NMI of the final student on the seen test clients' images, of the last
 pseudo-labels on the training images, and the largest domain share. Clients per round are drawn with
@@ -44,8 +44,8 @@ def pseudo_labels(teacher: Any, cfg: Any, train_x: dict[int, Any]) -> dict[int, 
     """Each train client's pseudo-domains under `cfg.fedcg.balance` (the strategy's labelling)."""
     import numpy as np
 
-    from client_app.fedcg import domain_logits, pseudo_domains
-    from strategies.domain_balance import (
+    from client_app.methods.fedcg import domain_logits, pseudo_domains
+    from strategies.methods.fedcg.domain_balance import (
         Labelling, logit_moments, sinkhorn_labelling, soft_marginals, standardisation,
     )
 
@@ -73,14 +73,14 @@ def discover(cfg: Any) -> dict[str, Any]:
     import torch
     from sklearn.metrics import normalized_mutual_info_score as nmi
 
-    from client_app.fedcg import STUDENT_STREAM, domain_logits
+    from client_app.methods.fedcg import STUDENT_STREAM, domain_logits
     from client_app.training import seeded_generator, train_epochs
     from datasets.federated import load_client_data
     from datasets.partition import heldout_test_clients
     from models import build_model
     from models.fedcg import DomainClassifier, FedCGModel
-    from strategies.fedcg import BRANCH_SEED_OFFSET
-    from strategies.personalized import weighted_mean
+    from strategies.methods.fedcg.server import BRANCH_SEED_OFFSET
+    from strategies.shared.personalized import weighted_mean
 
     s = cfg.fedcg
     held_out = heldout_test_clients(cfg.data_spec.partition)
@@ -94,7 +94,7 @@ def discover(cfg: Any) -> dict[str, Any]:
     seen = torch.isin(test_d, torch.unique(torch.cat(list(truth.values()))))
     test_x, test_d = test_x[seen], test_d[seen]
     shape = tuple(test_x.shape[1:])
-    with torch.random.fork_rng(devices=[]):  # the strategy's initial teacher and student (strategies.fedcg)
+    with torch.random.fork_rng(devices=[]):  # the strategy's initial teacher and student (strategies.methods.fedcg.server)
         torch.manual_seed(cfg.seed + BRANCH_SEED_OFFSET)
         FedCGModel(build_model(cfg.model, shape, 10), s.spec)
         teacher = DomainClassifier(shape, s.domains, s.domain_stride, s.classifier_pool)
@@ -174,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     log_progress()
     set_threads(1)
-    from strategies.contracts.run import RunConfig, default_run_config
+    from strategies.shared.run_config import RunConfig, default_run_config
 
     variants: dict[str, dict[str, Any]] = {}
     for spec in args.variant or ["defaults:"]:

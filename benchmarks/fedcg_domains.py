@@ -18,7 +18,7 @@ probabilities) and hard (argmax) domain weights.
 
 The global accuracy is over the union of the test clients' images (the paper's metric); it is split
 by true domain and into seen / unseen domains from each run's per-client results (the same function
-for every method, `strategies.fedcg_report.accuracy_by_domain`). NMI is per image against each image's
+for every method, `strategies.methods.fedcg.report.accuracy_by_domain`). NMI is per image against each image's
 true domain. Writes `benchmarks/results/<name>.{md,json,png}` (a table of means over the seeds, then
 every run); each run's outputs go to `outputs/benchmarks/<name>/<variant>-seed<s>/`.
 """
@@ -93,7 +93,7 @@ def run_variant(label: str, seed: int, common: dict[str, Any], runs_dir: Path, t
     """Run one variant with one seed (or, with `reuse`, read the finished run of the same name and
     settings)."""
     from server_app.harness.simulate import simulate
-    from strategies.fedcg_report import accuracy_by_domain
+    from strategies.methods.fedcg.report import accuracy_by_domain
 
     method, extra = VARIANTS[label]
     name = f"{label}-seed{seed}"
@@ -127,8 +127,8 @@ def run_variant(label: str, seed: int, common: dict[str, Any], runs_dir: Path, t
 
 def _same_settings(config_path: Path, overrides: dict[str, Any]) -> bool:
     """Whether a finished run's config.json has every override of this variant."""
-    from strategies.contracts.run import RunConfig
-    from strategies.contracts.run import default_run_config
+    from strategies.shared.run_config import RunConfig
+    from strategies.shared.run_config import default_run_config
 
     if not config_path.exists():
         return False
@@ -285,9 +285,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     set_threads(1)
     from datasets.federated import load_partition
     from datasets.partition import heldout_test_clients
-    from strategies.contracts.run import RunConfig
-    from strategies.contracts.run import default_run_config
-    from strategies.fedcg_report import domain_name
+    from strategies.shared.run_config import RunConfig
+    from strategies.shared.run_config import default_run_config
+    from strategies.methods.fedcg.report import domain_name
 
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = [v for v in variants if v not in VARIANTS]

@@ -49,10 +49,10 @@ from benchmarks.compare import (
 )
 from datasets.federated import DataSpec, load_client_data
 from models import build_model
-from strategies.contracts.run import RunConfig
+from strategies.shared.run_config import RunConfig
 from server_app.harness.local_grid import LocalGrid
 from server_app.harness.simulate import simulate
-from strategies.contracts.run import default_run_config
+from strategies.shared.run_config import default_run_config
 
 TARGET_RATIO = 1.1
 BASE = {  # overrides common to both sides (MNIST is bundled, so this runs offline)
@@ -242,9 +242,9 @@ COMPONENTS: list[tuple[str, list[tuple[str, str]]]] = [
                                                ("benchmarks/flower_speed.py", "received_model")]),
     ("  reply ArrayRecord from the model", [("client_app/runtime.py", "model_record"),
                                             ("benchmarks/flower_speed.py", "reply_record")]),
-    ("  message contracts (pydantic read/write)", [("strategies/messages.py", "read"),
-                                                   ("strategies/messages.py", "config"),
-                                                   ("strategies/messages.py", "metrics")]),
+    ("  message contracts (pydantic read/write)", [("strategies/shared/messages.py", "read"),
+                                                   ("strategies/shared/messages.py", "config"),
+                                                   ("strategies/shared/messages.py", "metrics")]),
     ("  run-config lookup per message", [("client_app/runtime.py", "run_config")]),
     ("deepcopy (LocalGrid copies each message's content)", [("python3.11/copy.py", "deepcopy")]),
     ("server: aggregate_train (weighted average)", [("flwr/serverapp/strategy/fedavg.py",
@@ -252,8 +252,8 @@ COMPONENTS: list[tuple[str, list[tuple[str, str]]]] = [
     ("server: configure_train + configure_evaluate", [
         ("flwr/serverapp/strategy/fedavg.py", "configure_train"),
         ("flwr/serverapp/strategy/fedavg.py", "configure_evaluate")]),
-    ("Bouquet: ClientGrid routing + byte counting", [("strategies/clients.py", "send_and_receive")]),
-    ("Bouquet: identify refresh per round", [("strategies/clients.py", "refresh")]),
+    ("Bouquet: ClientGrid routing + byte counting", [("server_app/clients.py", "send_and_receive")]),
+    ("Bouquet: identify refresh per round", [("server_app/clients.py", "refresh")]),
     ("Bouquet: per-client metrics summary", [("server_app/metrics.py", "accuracy_summary")]),
     ("Bouquet: rounds.jsonl + console log", [("server_app/runner.py", "_record_round")]),
 ]
@@ -323,8 +323,8 @@ def handler_overhead(base: dict[str, Any], iterations: int = 300) -> dict[str, f
     """Median µs of one train and one evaluate message through Bouquet's ClientApp and through the
     minimal app (same model, weights and client data), interleaved, alternating which goes first."""
     from client_app.app import app as bouquet_app
-    from strategies.messages import CONFIG, GLOBAL, EvaluateInstructions, TrainInstructions
-    from strategies.messages import with_client
+    from strategies.shared.messages import CONFIG, GLOBAL, EvaluateInstructions, TrainInstructions
+    from strategies.shared.messages import with_client
 
     config = run_config(20, 1, base)
     cfg = RunConfig.from_flower(config)

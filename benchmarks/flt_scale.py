@@ -8,7 +8,7 @@ Client side (simulated in this process, not part of the server timings): every c
 of e=128-dim codes. `--source mnist` (default): MNIST split by `label-clusters` into C clusters of
 one label each (C=10: 240 clients per cluster, `--samples` images per client); the autoencoder is
 pretrained on server-held MNIST images no client holds (as `flt.pretrain-samples` does), and each
-client encodes its train split and runs the client's own k-means (`client_app.flt.centroids_of`).
+client encodes its train split and runs the client's own k-means (`client_app.methods.flt.centroids_of`).
 `--source synthetic`: per cluster k random centres in R^128, every client's centroids are its
 cluster's centres plus noise.
 
@@ -21,7 +21,7 @@ clusters is reported as a check that FCR worked.
 Aggregation: V [M, P] float32 with P = the MLP's 784·200+200+200·10+10 = 159,010 parameters. Medians
 of `--reps` repetitions, in one process: FedAvg's n-weighted mean (one [1, M]·[M, P] product) against
 FLT's step (`NeighbourhoodModels.aggregate`) with the discovered Ã — sums shared along the spanning tree
-of its distinct rows (`strategies.neighbourhood_sums`, the default) and, for comparison, one product
+of its distinct rows (`strategies.methods.flt.neighbourhood_sums`, the default) and, for comparison, one product
 per distinct row — and with its Ward clusters, at full participation (every row trained: the worst
 case) and at ρ = 0.2; and once each, the plain formula D⁻¹(Ã diag(n))·V as one dense and one
 torch.sparse product, against which the tree's models are checked (largest relative difference).
@@ -48,10 +48,10 @@ import torch
 from benchmarks.compare import (
     RESULTS_DIR, benchmark_parser, code_version, machine_facts, provenance, set_threads,
 )
-from strategies.graph import share_inside_groups
-from strategies.neighbourhood import NeighbourhoodModels, neighbourhood_average
-from strategies.personalized import weighted_mean
-from strategies.relatedness import (
+from strategies.shared.graph import share_inside_groups
+from strategies.methods.flt.neighbourhood import NeighbourhoodModels, neighbourhood_average
+from strategies.shared.personalized import weighted_mean
+from strategies.methods.flt.relatedness import (
     adjusted_rand,
     cluster_adjacency,
     threshold_adjacency,
@@ -59,7 +59,7 @@ from strategies.relatedness import (
     umap_place,
     ward_clusters,
 )
-from strategies.set_distance import set_distances
+from strategies.methods.flt.set_distance import set_distances
 
 MLP_PARAMS = 784 * 200 + 200 + 200 * 10 + 10
 TARGET_FCR_SECONDS = 60.0
@@ -70,7 +70,7 @@ TARGET_RATIO = 2.0
 def mnist_centroids(clients: int, clusters: int, k: int, samples: int, latent: int, seed: int,
                     pretrain: int) -> tuple[dict[int, np.ndarray], np.ndarray, np.ndarray, dict]:
     """Real centroids: MNIST label-clusters (one label per cluster), pretrained encoder, k-means."""
-    from client_app.flt import centroids_of
+    from client_app.methods.flt import centroids_of
     from datasets.federated import DataSpec, load_client_data, load_partition
     from datasets.partition import PartitionSpec
     from models.autoencoder import (
@@ -78,7 +78,7 @@ def mnist_centroids(clients: int, clusters: int, k: int, samples: int, latent: i
         encode_batched,
         reconstruction_epochs,
     )
-    from strategies.flt import server_held_images
+    from strategies.methods.flt.server import server_held_images
 
     spec = DataSpec("mnist", None, PartitionSpec(
         scheme="label-clusters", num_clients=clients, seed=seed, num_clusters=clusters,
@@ -298,7 +298,7 @@ def markdown(meta: dict[str, Any], fcr: dict[str, Any], agg: dict[str, Any]) -> 
     lines += [
         f"- setting: M = {a['clients']} clients in {a['clusters']} true clusters, k = {a['k']}, "
         f"e = {a['latent']}, γ = {a['gamma']}; centroids: {source}.",
-        f"- UMAP on {fcr['points']} points (`strategies.relatedness.umap_embed`: n_neighbors 15, "
+        f"- UMAP on {fcr['points']} points (`strategies.methods.flt.relatedness.umap_embed`: n_neighbors 15, "
         "random_state 42, exact neighbours); one client is held out of the fit and placed afterwards.",
         "",
         "## FCR, server side",
@@ -386,7 +386,7 @@ def markdown(meta: dict[str, Any], fcr: dict[str, Any], agg: dict[str, Any]) -> 
         "",
         "FLT's step is `NeighbourhoodModels.aggregate`: clients with equal rows of Ã hold one shared "
         "model, computed once per distinct row. Ã is fixed after FCR, so `set_graph` plans the sums "
-        "once (`strategies.neighbourhood_sums.SumTree`): a minimum spanning tree over the distinct "
+        "once (`strategies.methods.flt.neighbourhood_sums.SumTree`): a minimum spanning tree over the distinct "
         "rows plus a virtual root, where a row either is one product over its neighbours or copies a "
         "similar row's sum and adds/subtracts the terms in which the two differ, "
         "S_c = S_p + Σ_{N_c∖N_p} n_j v_j − Σ_{N_p∖N_c} n_j v_j. For this Ã: "

@@ -4,10 +4,10 @@
 
 Each setting runs FLT for one round (the autoencoder round and FCR come before it), and the distance
 matrix A that FCR formed is cut by each rule: the paper's γ = 1 in UMAP units (`flt.threshold=absolute`),
-a fraction of the median client-pair distance (`flt.threshold=relative`, `strategies.relatedness.
+a fraction of the median client-pair distance (`flt.threshold=relative`, `strategies.methods.flt.relatedness.
 relative_threshold`), and a cut at the largest ratio gap between consecutive sorted pair distances below
 the median (tried, not shipped). Per rule: edges per client and their share inside the true structure
-(`strategies.graph.structure_share`: same true cluster where the partition has clusters, else the
+(`strategies.shared.graph.structure_share`: same true cluster where the partition has clusters, else the
 label-histogram cosine of the linked clients). Also the largest distance inside a true cluster and the
 smallest across, as fractions of the median. Writes `benchmarks/results/<name>.{md,json}`.
 """
@@ -59,10 +59,10 @@ def largest_gap_threshold(distance: np.ndarray) -> float:
 
 def measure(name: str, overrides: dict[str, Any], workdir: Path) -> dict[str, Any]:
     from server_app.harness.simulate import simulate
-    from strategies.contracts.run import RunConfig, default_run_config
-    from strategies.graph import structure_share
-    from strategies.priors import structure_truth
-    from strategies.relatedness import relative_threshold, threshold_adjacency
+    from strategies.shared.run_config import RunConfig, default_run_config
+    from strategies.shared.graph import structure_share
+    from strategies.shared.priors import structure_truth
+    from strategies.methods.flt.relatedness import relative_threshold, threshold_adjacency
 
     config = {**overrides, "method": "flt", "num-rounds": 1, "finetune-epochs": 0,
               "checkpoint-every": 0, "output-dir": str(workdir), "run-name": "flt"}

@@ -49,10 +49,10 @@ def measure(clients: int, mmap_bytes: int, rounds: int, trained: int, directory:
     from flwr.app import ArrayRecord, RecordDict
 
     from server_app.app import initial_arrays
-    from strategies.client_matrix import ClientMatrixStorage
-    from strategies.contracts.run import RunConfig, default_run_config
-    from strategies.messages import MODEL
-    from strategies.registry import build_strategy
+    from strategies.shared.client_matrix import ClientMatrixStorage
+    from strategies.shared.run_config import RunConfig, default_run_config
+    from strategies.shared.messages import MODEL
+    from strategies.shared.registry import build_strategy
 
     torch.set_num_threads(1)
     baseline = status_bytes("VmRSS")

@@ -4,7 +4,7 @@
 
 For N clients × P parameters (float32 V [N, P], one process, medians of `--reps`): the plain mean
 V.mean(0) (FedAvg's server step, unweighted) against SFL's propagation U = α·Â^L·V + (1−α)·V
-(specs/sfl.md §2 (3), `strategies.gcn.GCNPropagation`) on two graphs:
+(specs/sfl.md §2 (3), `strategies.methods.sfl.gcn.GCNPropagation`) on two graphs:
 - dense: every pair linked with a uniform random weight (a dense similarity graph);
 - knn: each client linked to its k nearest neighbours among random points in the plane (plus itself),
   the shape of a road / proximity graph, propagated with torch.sparse.
@@ -33,9 +33,9 @@ import numpy as np
 import torch
 
 from benchmarks.compare import benchmark_parser, log_progress, progress
-from strategies import spmm
-from strategies.gcn import DENSE_COLUMN_BLOCK, SPARSE_COST_PER_NONZERO, GCNPropagation
-from strategies.graph import knn_graph, row_normalize
+from strategies.methods.sfl import spmm
+from strategies.methods.sfl.gcn import DENSE_COLUMN_BLOCK, SPARSE_COST_PER_NONZERO, GCNPropagation
+from strategies.shared.graph import knn_graph, row_normalize
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO / "benchmarks" / "results"
@@ -176,7 +176,7 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         f"medians of up to {meta['reps']} runs (1 run when slower than {meta['slow']} s); torch "
         f"threads {meta['threads']}; cost-model constant SPARSE_COST_PER_NONZERO = "
         f"{SPARSE_COST_PER_NONZERO:g}; column blocks of ~{spmm.BLOCK_BYTES // 1024} KiB "
-        f"(sparse kernel `strategies.spmm`: {spmm.block_columns(1000)} columns at N = 1000) / "
+        f"(sparse kernel `strategies.methods.sfl.spmm`: {spmm.block_columns(1000)} columns at N = 1000) / "
         f"{DENSE_COLUMN_BLOCK} columns (dense); U written into one preallocated matrix",
         "",
         "**×mean** = propagation seconds / seconds of `V.mean(0)` on the same V (FedAvg's server "

@@ -2,8 +2,8 @@
 
 `train` and `evaluate` are the generic handlers every method may use; the message types only one
 method sends (`train.sfl`, `query.flt_embed`, ...) are routed as its registry entry declares
-(`strategies.registry.Method.client`), imported on first use. Every train handler also accepts a fused
-message (`strategies.fusion`): the evaluation it carries is routed to its own evaluate handler first,
+(`strategies.shared.registry.Method.client`), imported on first use. Every train handler also accepts a fused
+message (`strategies.shared.fusion`): the evaluation it carries is routed to its own evaluate handler first,
 then the training runs, and one reply holds both.
 """
 
@@ -15,9 +15,10 @@ from collections.abc import Callable
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
-from client_app import evaluation, fedavg, identify
-from strategies.fusion import fuse_reply, is_fused, split_request
-from strategies.registry import METHODS, ClientHandler, Method
+from client_app import evaluation, identify
+from client_app.methods import fedavg
+from strategies.shared.fusion import fuse_reply, is_fused, split_request
+from strategies.shared.registry import METHODS, ClientHandler, Method
 
 Handler = Callable[[Message, Context], Message]
 

@@ -13,7 +13,7 @@ from flwr.app import Context, Message, RecordDict
 from client_app.runtime import client_runtime
 from client_app.training import Evaluation, seeded_generator, train_epochs
 from client_app.training import evaluate as test_model
-from strategies.messages import (
+from strategies.shared.messages import (
     CONFIG, GLOBAL, METRICS, PERSONAL, EvaluateInstructions, EvaluateReply
 )
 

@@ -8,8 +8,8 @@ from flwr.app import Context, Message, RecordDict
 from client_app.devices import resolve_device
 from client_app.runtime import node_data_spec, partition_slot, run_config
 from datasets.federated import client_sizes
-from strategies.contracts.provenance import code_fingerprint
-from strategies.messages import CONFIG, IdentifyReply
+from strategies.shared.provenance import code_fingerprint
+from strategies.shared.messages import CONFIG, IdentifyReply
 
 
 def identify(message: Message, context: Context) -> Message:

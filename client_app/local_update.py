@@ -8,7 +8,7 @@ from torch import nn
 
 from client_app.runtime import ClientRuntime, model_record
 from client_app.training import Penalty, seeded_generator, train_epochs
-from strategies.messages import METRICS, TrainInstructions, TrainReply
+from strategies.shared.messages import METRICS, TrainInstructions, TrainReply
 
 
 def train_and_reply(

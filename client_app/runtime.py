@@ -12,8 +12,8 @@ from flwr.app import ArrayRecord, Context, Message
 from client_app.devices import resolve_device
 from datasets.federated import ClientData, DataSpec, load_client_data
 from models import Backbone, build_model
-from strategies.contracts.run import RunConfig
-from strategies.messages import CLIENT, ClientAddress
+from strategies.shared.run_config import RunConfig
+from strategies.shared.messages import CLIENT, ClientAddress
 
 
 class NodeConfigError(ValueError):

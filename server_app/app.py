@@ -18,11 +18,11 @@ from server_app.callbacks import RunCallback
 from server_app.checkpoint import CheckpointStore
 from server_app.reporting import RunRecorder
 from server_app.runner import FederationRunner
-from strategies.client_matrix import ClientMatrixStorage
-from strategies.contracts.base import ConfigError
-from strategies.contracts.run import RunConfig
-from strategies import priors
-from strategies.registry import build_strategy
+from strategies.shared.client_matrix import ClientMatrixStorage
+from strategies.shared.settings import ConfigError
+from strategies.shared.run_config import RunConfig
+from strategies.shared import priors
+from strategies.shared.registry import build_strategy
 
 log = logging.getLogger("flwr.bouquet")
 

@@ -20,7 +20,7 @@ from flwr.app import ArrayRecord
 
 from datasets.partition import Partition
 from server_app.checkpoint import CheckpointStore
-from strategies.reporter import MethodReporter
+from strategies.shared.reporter import MethodReporter
 
 if TYPE_CHECKING:
     from server_app.runner import FederationRunner
@@ -149,7 +149,7 @@ class Checkpointing(RunCallback):
         """(global arrays, its round, seconds so far, the record of a round whose evaluation is
         still due) of the newest valid checkpoint, whose state is loaded into the runner."""
         runner = self.runner
-        state = self.store.load_latest(runner.clients)
+        state = self.store.load_latest()
         mismatch = {key: (value, state["config"].get(key))
                     for key, value in runner.cfg.flat().items()
                     if key not in RESUMABLE_CHANGES and state["config"].get(key) != value}

@@ -4,9 +4,9 @@ After every round the runner hands `CheckpointStore.save` everything needed to c
 number, the global model, the whole strategy object (per-client matrix, graphs, graph learners and
 their optimiser state, cluster models, FLT's relatedness and UMAP reducer, ...), the RNG states of
 `random` (Flower's client sampling), numpy and torch, and the metric history. The strategy is pickled
-as it is, so every method's state is covered without per-method code; references to the live
-`ClientGrid` (and the Flower Grid under it) are stored as placeholders and re-bound to the new ones on
-load.
+as it is, so every method's state is covered without per-method code. A strategy holds no transport
+(the runner hands it client ids and replies), so a checkpoint holds none either: a grid reached while
+pickling is an error.
 
 File format: `round-<r>.ckpt` = MAGIC line, sha256 hex of the payload, newline, pickled payload. A file
 is written to a temporary name, fsynced and renamed, so a crash leaves either the old set of files or
@@ -28,13 +28,13 @@ from typing import Any
 from flwr.app import Array
 from flwr.serverapp import Grid
 
-from strategies.clients import ClientGrid
+from server_app.clients import ClientGrid
+
 
 log = logging.getLogger("flwr.bouquet")
 
 MAGIC = b"BOUQUET-CHECKPOINT-1\n"
 _NAME = re.compile(r"^round-(\d{5})\.ckpt$")
-_GRID, _FLOWER_GRID = "client-grid", "flower-grid"
 
 
 class CheckpointError(RuntimeError):
@@ -53,25 +53,11 @@ class _Pickler(pickle.Pickler):
             return Array, (obj.numpy(),)
         return NotImplemented
 
-    def persistent_id(self, obj: Any) -> str | None:
-        if isinstance(obj, ClientGrid):
-            return _GRID
-        if isinstance(obj, Grid):
-            return _FLOWER_GRID
+    def persistent_id(self, obj: Any) -> None:
+        if isinstance(obj, (ClientGrid, Grid)):
+            raise CheckpointError(f"the checkpoint reached a {type(obj).__name__}: a strategy must not "
+                                  "keep the transport (the runner hands it client ids and replies)")
         return None
-
-
-class _Unpickler(pickle.Unpickler):
-    def __init__(self, file: io.BytesIO, grid: ClientGrid | None) -> None:
-        super().__init__(file)
-        self.grid = grid
-
-    def persistent_load(self, pid: str) -> Any:
-        if pid == _GRID:
-            return self.grid
-        if pid == _FLOWER_GRID:
-            return self.grid.grid if self.grid is not None else None
-        raise pickle.UnpicklingError(f"unknown persistent id {pid!r}")
 
 
 def checkpoint_path(directory: Path, server_round: int) -> Path:
@@ -114,7 +100,7 @@ class CheckpointStore:
             checkpoint_path(self.directory, old).unlink(missing_ok=True)
         return final
 
-    def load(self, server_round: int, grid: ClientGrid | None = None) -> dict[str, Any]:
+    def load(self, server_round: int) -> dict[str, Any]:
         path = checkpoint_path(self.directory, server_round)
         raw = path.read_bytes()
         header_end = len(MAGIC) + 64
@@ -123,9 +109,9 @@ class CheckpointStore:
         data = raw[header_end + 1:]
         if hashlib.sha256(data).hexdigest().encode() != raw[len(MAGIC):header_end]:
             raise CorruptCheckpointError(f"{path} fails its sha256 checksum (truncated or altered)")
-        return _Unpickler(io.BytesIO(data), grid).load()
+        return pickle.Unpickler(io.BytesIO(data)).load()
 
-    def load_latest(self, grid: ClientGrid | None = None) -> dict[str, Any]:
+    def load_latest(self) -> dict[str, Any]:
         """The newest checkpoint that passes its checksum; corrupt ones are reported and skipped."""
         rounds = self.rounds()
         if not rounds:
@@ -134,7 +120,7 @@ class CheckpointStore:
                 "run-name (and output-dir) to those of the run to continue")
         for server_round in rounds:
             try:
-                payload = self.load(server_round, grid)
+                payload = self.load(server_round)
             except CorruptCheckpointError as err:
                 log.warning("checkpoint of round %d is unusable (%s); trying the one before",
                             server_round, err)

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from server_app.summary_table import format_value, summary_rows
+from server_app.summary_table import display_value, summary_rows
 
 REPORT_NAME = "report.html"
 # Pictures a run writes, in the order and with the caption the page gives them; any other PNG in the
@@ -112,7 +112,7 @@ def write_run_report(directory: Path) -> Path:
         f"<p>Method <b>{_e(summary['method'])}</b> on {_e(summary['dataset'])}, partition "
         f"<code>{_e(summary['partition'])}</code>, {_e(summary['num-clients'])} clients, "
         f"{_e(summary['rounds'])} rounds. Folder: <code>{_e(directory.resolve())}</code></p>",
-        _section(title, html_table(("", "value"), ((name, format_value(v)) for name, v in rows))),
+        _section(title, html_table(("", "value"), ((name, display_value(v)) for name, v in rows))),
     ]
     pictures = _pictures(directory)
     if pictures:

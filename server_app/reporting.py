@@ -130,7 +130,7 @@ def comparison_hint(summary: dict[str, Any], config: dict[str, Any],
                 f"personalized mean (%):\n    {listed}")
     baselines = ",".join(dict.fromkeys([method, "fedavg", "local"]))
     from server_app.run_values import format_value as set_value
-    from strategies.contracts.run import default_run_config
+    from strategies.shared.run_config import default_run_config
 
     defaults = default_run_config()
     sets = " ".join("--set " + shlex.quote(f"{key}={set_value(value)}")

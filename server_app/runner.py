@@ -2,7 +2,7 @@
 
 Per round: configure_train → send → aggregate_train; every `eval-every` rounds and at the end the
 round's model(s) are evaluated (configure_evaluate → send → per-client metrics), by default with the
-next round's train message (`fuse-evaluate`: one phase per round, see `strategies.fusion`) and after
+next round's train message (`fuse-evaluate`: one phase per round, see `strategies.shared.fusion`) and after
 the last round in an evaluate-only phase. Failed or missing replies are logged with the client id
 and skipped. Replies reach the strategy sorted by client id, so aggregation order (and therefore the
 floating-point result) does not depend on arrival order.
@@ -34,18 +34,24 @@ from server_app.callbacks import (
 from server_app.checkpoint import CheckpointStore
 from server_app.metrics import accuracy_summary, regression_summary
 from server_app.reporting import RunRecorder
-from strategies.clients import ClientGrid, TrainClients
-from strategies.contracts.provenance import code_fingerprint
-from strategies.contracts.run import RunConfig
-from strategies.messages import (
+from server_app.clients import ClientGrid, TrainClients
+from strategies.shared.provenance import code_fingerprint
+from strategies.shared.run_config import RunConfig
+from strategies.shared.messages import (
     METRICS,
     EvaluateInstructions,
     EvaluateReply,
     TrainInstructions,
 )
-from strategies.phases import PhasedStrategy, Steps, run_phases
-from strategies.registry import known_record_names
-from strategies.validation import ReplyValidator
+from strategies.shared.phases import (
+    ClientKeyed,
+    CountsTraffic,
+    PhasedStrategy,
+    Replies,
+    Steps,
+    run_phases,
+)
+from server_app.validation import ReplyValidator, known_record_names
 
 log = logging.getLogger("flwr.bouquet")
 
@@ -150,9 +156,29 @@ class FederationRunner:
         return True
 
     # --- messages ---------------------------------------------------------------------------
-    def exchange(self, messages: list[Message], phase: str) -> list[Message]:
-        """Send; failures and missing replies are logged by client id; good replies by client id."""
-        return [reply for _, reply in self.clients.exchange(messages, self.cfg.round_timeout, phase)]
+    def exchange(self, messages: list[Message], phase: str) -> Replies:
+        """Send; failures and missing replies are logged by client id; (client id, reply) of the good
+        replies, by client id."""
+        return self.clients.exchange(messages, self.cfg.round_timeout, phase)
+
+    def hand_traffic(self) -> None:
+        """Tell a strategy that reports its traffic (`CountsTraffic`) the bytes of this round so far."""
+        if isinstance(self.strategy, CountsTraffic):
+            self.strategy.round_traffic = self.clients.round_bytes()
+
+    def aggregate_train(self, server_round: int, replies: Replies) -> tuple[Any, Any]:
+        """The strategy's `aggregate_train`: (client id, reply) pairs for a `ClientKeyed` strategy,
+        the bare replies for Flower's own."""
+        self.hand_traffic()
+        if isinstance(self.strategy, ClientKeyed):
+            return self.strategy.aggregate_train(server_round, replies)
+        return self.strategy.aggregate_train(server_round, [reply for _, reply in replies])
+
+    def aggregate_evaluate(self, server_round: int, replies: Replies) -> Any:
+        """The strategy's `aggregate_evaluate`, with the replies as `aggregate_train`'s."""
+        if isinstance(self.strategy, ClientKeyed):
+            return self.strategy.aggregate_evaluate(server_round, replies)
+        return self.strategy.aggregate_evaluate(server_round, [reply for _, reply in replies])
 
     def train_config(self, server_round: int) -> TrainInstructions:
         cfg = self.cfg
@@ -175,15 +201,19 @@ class FederationRunner:
         return server_round % cfg.eval_every == 0 or server_round == cfg.num_rounds
 
     def run_phases(self, steps: Steps | None) -> Any:
-        """Send the phases a method's step declares (`strategies.phases`), hand back the replies."""
-        return run_phases(steps, lambda phase: self.clients.exchange(
-            phase.messages, self.cfg.round_timeout, phase.name))
+        """Send the phases a method's step declares (`strategies.shared.phases`), hand back the replies."""
+        def exchange(phase: Any) -> Replies:
+            replies = self.clients.exchange(phase.messages, self.cfg.round_timeout, phase.name)
+            self.hand_traffic()
+            return replies
+
+        return run_phases(steps, exchange)
 
     def method_step(self, hook: str, *args: Any) -> None:
         """Run the strategy's `hook` step (before_train, before_evaluate, after_aggregate) if it has
         exchanges of its own."""
         if isinstance(self.strategy, PhasedStrategy):
-            self.run_phases(getattr(self.strategy, hook)(*args, self.clients))
+            self.run_phases(getattr(self.strategy, hook)(*args, self.clients.get_node_ids()))
 
     def evaluation_messages(self, server_round: int, arrays: ArrayRecord) -> list[Message]:
         config = self.evaluate_config(server_round).config()
@@ -195,12 +225,11 @@ class FederationRunner:
         replies = self.exchange(self.evaluation_messages(server_round, arrays), "evaluate")
         return self.evaluation_record(server_round, replies)
 
-    def evaluation_record(self, server_round: int, replies: list[Message]) -> dict[str, Any]:
+    def evaluation_record(self, server_round: int, replies: Replies) -> dict[str, Any]:
         """Aggregate evaluation replies (sorted by client id) into the round's record fields."""
-        self.strategy.aggregate_evaluate(server_round, replies)
+        self.aggregate_evaluate(server_round, replies)
         rows = []
-        for reply in replies:
-            client = self.clients.client_id(reply)
+        for client, reply in replies:
             metrics = EvaluateReply.read(reply.content[METRICS])
             self.latest[client] = metrics.values()
             rows.append(metrics)
@@ -221,10 +250,10 @@ class FederationRunner:
         return result
 
     def train_phase(self, server_round: int, arrays: ArrayRecord, pending: dict[str, Any] | None
-                    ) -> tuple[list[Message], list[Message]]:
+                    ) -> tuple[list[Message], Replies]:
         """Round `server_round`'s train messages and, when `pending` (a finished round whose
         evaluation is still due) is given, that evaluation in the same phase: each client gets one
-        message (strategies.fusion). Returns (train messages, good train replies); the pending
+        message (strategies.shared.fusion). Returns (train messages, good train replies); the pending
         record is completed with its evaluation."""
         evaluation = (self.evaluation_messages(pending["round"], arrays)
                       if pending is not None else [])
@@ -236,9 +265,9 @@ class FederationRunner:
             return messages, self.exchange(messages, "train")
         trained, evaluated = self.clients.exchange_fused(
             messages, evaluation, self.cfg.round_timeout, "train")
-        pending.update(self.evaluation_record(pending["round"], [r for _, r in evaluated]))
+        pending.update(self.evaluation_record(pending["round"], evaluated))
         self._record_round(pending)
-        return messages, [r for _, r in trained]
+        return messages, trained
 
     def run(self, arrays: ArrayRecord, resume: bool = False) -> dict[str, Any]:
         """Round 0 (initial model) evaluation, then `num-rounds` rounds; returns the summary. With
@@ -279,9 +308,9 @@ class FederationRunner:
                 continue
             messages, replies = self.train_phase(server_round, arrays, pending)
             pending = None
-            trained = [self.clients.client_id(r) for r in replies]
+            trained = [client for client, _ in replies]
             failed = sorted({m.metadata.dst_node_id for m in messages} - set(trained))
-            new_arrays, train_metrics = self.strategy.aggregate_train(server_round, replies)
+            new_arrays, train_metrics = self.aggregate_train(server_round, replies)
             self.method_step("after_aggregate", server_round)
             if new_arrays is not None:
                 arrays = new_arrays
@@ -291,7 +320,7 @@ class FederationRunner:
                 "failed-clients": failed,
                 "unreachable-clients": self.clients.missing_clients(),  # no SuperNode this round
                 "train-loss": float(train_metrics["train-loss"]) if train_metrics else None,
-                **train_devices(replies),
+                **train_devices([reply for _, reply in replies]),
             }
             if self.evaluates(server_round) and cfg.fuse_evaluate:
                 # reported now, as its state is this round's; the evaluation follows next phase
@@ -345,6 +374,7 @@ class FederationRunner:
             callback.round_recorded(record)
 
     def _round_fields(self, server_round: int) -> dict[str, Any]:
+        self.hand_traffic()
         fields: dict[str, Any] = {}
         for callback in self.callbacks:
             fields.update(callback.round_fields(server_round))

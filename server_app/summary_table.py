@@ -9,7 +9,7 @@ def console_table(summary: dict[str, Any]) -> str:
     """A short table of the final round for the console."""
     title, rows = summary_rows(summary)
     width = max(len(name) for name, _ in rows)
-    return "\n".join([title] + [f"  {name:<{width}}  {format_value(value)}" for name, value in rows])
+    return "\n".join([title] + [f"  {name:<{width}}  {display_value(value)}" for name, value in rows])
 
 
 def summary_rows(summary: dict[str, Any]) -> tuple[str, list[tuple[str, Any]]]:
@@ -69,7 +69,7 @@ def _pair(a: float | None, b: float | None) -> str | None:
     return None if a is None or b is None else f"{a:.2f} / {b:.2f}"
 
 
-def format_value(value: Any) -> str:
+def display_value(value: Any) -> str:
     """A summary value as the console and report.html show it."""
     if isinstance(value, float):
         return f"{value:.2f}"

@@ -7,7 +7,7 @@ from typing import Any
 
 from flwr.app import ConfigRecord
 
-from strategies.messages import EvaluateInstructions, TrainInstructions
+from strategies.shared.messages import EvaluateInstructions, TrainInstructions
 
 
 def train_config(**fields: Any) -> ConfigRecord:

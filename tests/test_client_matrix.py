@@ -1,4 +1,4 @@
-"""Per-client server matrices in memory or memory-mapped (strategies/client_matrix.py): same numbers."""
+"""Per-client server matrices in memory or memory-mapped (strategies/shared/client_matrix.py): same numbers."""
 
 from pathlib import Path
 
@@ -7,7 +7,7 @@ import torch
 
 from benchmarks.parallel import without_timings
 from server_app.harness.simulate import simulate
-from strategies.client_matrix import ClientMatrixStorage
+from strategies.shared.client_matrix import ClientMatrixStorage
 
 
 def _mapped_files() -> list[str]:

@@ -7,16 +7,17 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDic
 
 from client_app.app import app as client_app
 from builders import train_config
-from strategies.contracts.run import RunConfig
+from strategies.shared.run_config import RunConfig
 from server_app.harness.local_grid import LocalGrid
-from strategies.contracts.provenance import code_fingerprint
-from strategies.contracts.run import default_run_config
-from strategies.clients import ClientGrid, CodeMismatchError
-from strategies.ditto import Ditto
-from strategies.local import Local
-from strategies.messages import CLIENT, CONFIG, METRICS, MODEL, PERSONAL
-from strategies.params import ParameterLayout
-from strategies.personalized import weighted_mean
+from strategies.shared.provenance import code_fingerprint
+from strategies.shared.run_config import default_run_config
+from server_app.clients import ClientGrid, CodeMismatchError
+from strategies.methods.ditto.server import Ditto
+from strategies.methods.ditto.settings import DittoSection
+from strategies.methods.local.server import Local
+from strategies.shared.messages import CLIENT, CONFIG, METRICS, MODEL, PERSONAL
+from strategies.shared.params import ParameterLayout
+from strategies.shared.personalized import weighted_mean
 
 
 def _grid(num_clients, num_nodes, tiny_run):
@@ -49,7 +50,7 @@ def test_messages_are_rewritten_to_the_hosting_node_and_replies_mapped_back(tiny
 
     local.push_messages = spy
     content = RecordDict({CONFIG: ConfigRecord({"x": 1})})
-    from strategies.messages import IDENTIFY
+    from strategies.shared.messages import IDENTIFY
 
     replies = clients.send_and_receive(
         [Message(content, dst_node_id=c, message_type=IDENTIFY) for c in (3, 0)], timeout=5)
@@ -78,22 +79,10 @@ def test_weighted_mean_is_the_fedavg_rule():
     assert torch.allclose(weighted_mean(rows, torch.tensor([3.0, 1.0])), torch.tensor([1.0, 3.0]))
 
 
-class _FakeClients:
-    """Stands in for ClientGrid: knows which client each reply came from."""
-
-    def __init__(self):
-        self.of = {}
-
-    def client_id(self, reply):
-        return self.of[id(reply)]
-
-
 def _reply(records):
-    from flwr.supercore.task_identity import TaskIdentity
+    from server_app.harness.local_grid import set_task_identity
 
-    for name in ("run_id", "node_id", "task_id"):
-        if getattr(TaskIdentity, f"_{name}") is None:
-            setattr(TaskIdentity, name, 1)
+    set_task_identity()
     msg = Message(RecordDict(records), dst_node_id=1, message_type="train")
     msg.metadata.__dict__["_message_id"] = "m"
     return Message(RecordDict(records), reply_to=msg)
@@ -112,12 +101,10 @@ def test_local_keeps_stale_rows_for_clients_that_did_not_reply():
     arrays, layout = _layout_and_rows()
     strategy = Local(num_clients=3, fraction_train=1.0)
     strategy.layout, strategy.personal = layout, layout.matrix(arrays, 3)
-    strategy.clients = _FakeClients()
     new_row = torch.full((layout.size,), 0.5)
     reply = _reply({PERSONAL: layout.arrays(new_row),
                     METRICS: MetricRecord({"num-examples": 10, "train-loss": 1.5})})
-    strategy.clients.of[id(reply)] = 1
-    global_arrays, metrics = strategy.aggregate_train(1, [reply])
+    global_arrays, metrics = strategy.aggregate_train(1, [(1, reply)])  # (client id, reply)
     assert global_arrays is None  # local has no global model
     assert metrics["train-loss"] == pytest.approx(1.5)
     assert torch.equal(strategy.personal[1], new_row)
@@ -128,7 +115,7 @@ def test_local_keeps_stale_rows_for_clients_that_did_not_reply():
 
 def test_ditto_global_is_the_example_weighted_mean_of_the_model_updates():
     arrays, layout = _layout_and_rows()
-    strategy = Ditto(num_clients=2, fraction_train=1.0, lam=0.1, personal_epochs=1)
+    strategy = Ditto(num_clients=2, fraction_train=1.0, settings=DittoSection(lambda_=0.1, personal_epochs=1))
     strategy.layout, strategy.personal = layout, layout.matrix(arrays, 2)
     a, b = torch.zeros(layout.size), torch.ones(layout.size)
     for client, row, n in ((0, a, 30), (1, b, 10)):
@@ -144,7 +131,7 @@ def test_ditto_global_is_the_example_weighted_mean_of_the_model_updates():
 
 def test_ditto_sends_lambda_and_personal_epochs():
     arrays, layout = _layout_and_rows()
-    strategy = Ditto(num_clients=2, fraction_train=1.0, lam=0.3, personal_epochs=2)
+    strategy = Ditto(num_clients=2, fraction_train=1.0, settings=DittoSection(lambda_=0.3, personal_epochs=2))
     strategy.layout, strategy.personal = layout, layout.matrix(arrays, 2)
     content = strategy.train_content(0, arrays, train_config())
     assert content[CONFIG]["ditto-lambda"] == 0.3

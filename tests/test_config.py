@@ -4,15 +4,29 @@ import pytest
 from flwr.app import Context, RecordDict
 
 from server_app.app import main
-from strategies.contracts.base import ConfigError
-from strategies.contracts.run import RunConfig
-from strategies.contracts.run import default_run_config
+from strategies.shared.settings import ConfigError
+from strategies.shared.run_config import RunConfig
+from strategies.shared.run_config import default_run_config
 
 
 def test_pyproject_defaults_validate_and_equal_the_model_defaults():
     # every pyproject key is a RunConfig field and vice versa, with the same default (no drift)
     assert set(default_run_config()) == set(RunConfig().flat())
     assert RunConfig.from_flower(default_run_config()) == RunConfig()
+
+
+def test_pyproject_config_is_what_the_settings_models_generate():
+    """Every key of pyproject.toml's [tool.flwr.app.config] has the default (value and type) of its
+    settings model, and every setting has its key; a disagreement names the key."""
+    from strategies.shared.generate import config_defaults
+
+    written, expected = default_run_config(), config_defaults()
+    problems = [f"{key}: pyproject.toml has {written[key]!r}, the settings model {expected[key]!r}"
+                for key in expected.keys() & written.keys()
+                if written[key] != expected[key] or type(written[key]) is not type(expected[key])]
+    problems += [f"{key}: missing from pyproject.toml" for key in expected.keys() - written.keys()]
+    problems += [f"{key}: in pyproject.toml but no setting" for key in written.keys() - expected.keys()]
+    assert not problems, ("run `python -m strategies.shared.generate`; " + "; ".join(sorted(problems)))
 
 
 def test_sections_and_types():

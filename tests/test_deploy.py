@@ -17,11 +17,11 @@ from flwr.app import Context, MetricRecord, RecordDict
 import flwr
 from client_app.runtime import NodeConfigError, node_data_spec
 from server_app.harness import deploy
-from strategies.contracts.run import RunConfig
+from strategies.shared.run_config import RunConfig
 from server_app.harness.outcome import RunFailedError, parse_run_id, run_config_arg
 from server_app.runner import train_devices
 from server_app.harness.simulate import simulate
-from strategies.contracts.run import default_run_config
+from strategies.shared.run_config import default_run_config
 from tests.conftest import REPO
 
 SCRIPTS = REPO / "docker" / "scripts"

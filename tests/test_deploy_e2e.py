@@ -23,13 +23,13 @@ import pytest
 from client_app.app import app as client_app
 from server_app.harness import deploy
 from server_app.app import run
-from strategies.contracts.run import RunConfig
+from strategies.shared.run_config import RunConfig
 from server_app.harness.local_grid import LocalGrid
 from server_app.harness.loopback import LoopbackFederation
 from server_app.harness.simulate import simulate
-from strategies.contracts.run import default_run_config
-from strategies.messages import CLIENT, CONFIG
-from strategies.registry import method_names
+from strategies.shared.run_config import default_run_config
+from strategies.shared.messages import CLIENT, CONFIG
+from strategies.shared.registry import method_names
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.e2e

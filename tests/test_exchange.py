@@ -7,14 +7,12 @@ import time
 
 from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
-from flwr.supercore.task_identity import TaskIdentity
 
-from strategies.clients import POLL_INTERVAL, ClientGrid, push_and_pull
-from strategies.messages import CONFIG, IDENTIFY, METRICS, IdentifyReply
+from server_app.clients import POLL_INTERVAL, ClientGrid, push_and_pull
+from strategies.shared.messages import CONFIG, IDENTIFY, METRICS, IdentifyReply
+from server_app.harness.local_grid import set_task_identity
 
-for _name in ("run_id", "node_id", "task_id"):
-    if getattr(TaskIdentity, f"_{_name}") is None:
-        setattr(TaskIdentity, _name, 1)
+set_task_identity()
 
 FINGERPRINT = "0123456789ab"
 

@@ -11,20 +11,20 @@ import torch
 from flwr.app import ArrayRecord, RecordDict
 from torch.nn import functional as F
 
-from client_app.fedcg import domain_probabilities
+from client_app.methods.fedcg import domain_probabilities
 from datasets.partition import PartitionSpec, heldout_test_clients, make_partition
 from models import build_model
 from models.fedcg import DomainClassifier, FedCGConv, FedCGModel, FedCGSpec
-from strategies.contracts.base import ConfigError
-from strategies.contracts.run import RunConfig
+from strategies.shared.settings import ConfigError
+from strategies.shared.run_config import RunConfig
 from server_app.harness.simulate import simulate
-from strategies.contracts.run import default_run_config
-from strategies.fedcg import FedCG
-from strategies.graph import inverse_distance_adjacency, random_adjacency, uniform_adjacency
-from strategies.clients import TrainClients
-from strategies.fedcg_report import nmi_from_counts
-from strategies.contracts.fedcg import STUDENT, FedCGTrainReply
-from strategies.messages import METRICS, MODEL
+from strategies.shared.run_config import default_run_config
+from strategies.methods.fedcg.server import fedcg_for
+from strategies.methods.fedcg.domain_graph import inverse_distance_adjacency, random_adjacency, uniform_adjacency
+from server_app.clients import TrainClients
+from strategies.methods.fedcg.report import nmi_from_counts
+from strategies.methods.fedcg.settings import STUDENT, FedCGTrainReply
+from strategies.shared.messages import METRICS, MODEL
 
 D = 4
 
@@ -257,10 +257,9 @@ def _perturbed(record: ArrayRecord, seed: int) -> ArrayRecord:
 def test_teacher_changes_exactly_at_multiples_of_t_and_adjacency_after_warmup():
     cfg = RunConfig.from_flower({**default_run_config(), "method": "fedcg", "model": "cnn", "dataset": "digits",
                                  "fedcg.teacher-period": 3, "fedcg.adj-warmup": 2, "fedcg.bottleneck": 4})
-    strategy = FedCG(cfg)
+    strategy = fedcg_for(cfg)
     torch.manual_seed(0)
-    grid = SimpleNamespace(client_id=lambda reply: reply.client, get_node_ids=lambda: list(range(10)))
-    strategy.bind(ArrayRecord(build_model("cnn", (1, 28, 28), 10).state_dict()), grid)
+    strategy.bind(ArrayRecord(build_model("cnn", (1, 28, 28), 10).state_dict()))
     changed, identity = [], []
     for t in range(1, 8):
         before = strategy.teacher
@@ -269,7 +268,7 @@ def test_teacher_changes_exactly_at_multiples_of_t_and_adjacency_after_warmup():
         # FedAvg (eq. 2) of the model rows, weighted by num-examples
         rows = torch.stack([strategy.model_layout.row(r.content[MODEL]) for r in replies])
         expected = (torch.tensor([20.0, 21.0, 22.0]) / 63.0) @ rows
-        strategy.aggregate_train(t, replies)
+        strategy.aggregate_train(t, [(r.client, r) for r in replies])
         np.testing.assert_allclose(strategy.model_layout.row(strategy.model).numpy(), expected.numpy(),
                                    atol=1e-6)
         same = all(np.array_equal(before[k].numpy(), strategy.teacher[k].numpy()) for k in before.keys())
@@ -298,7 +297,7 @@ def test_nmi_is_per_image_on_clients_that_hold_two_domains():
                          test_fraction=0.0)
     truth = make_partition(labels, spec)
     cfg = RunConfig.from_flower({**default_run_config(), "method": "fedcg", "model": "cnn", "fedcg.domains": 2})
-    strategy = FedCG(cfg, truth)
+    strategy = fedcg_for(cfg, truth)
     per_image = []
     for c in range(2):  # discovered domain = true domain (labels 1 ↔ 0 swapped: NMI ignores names)
         true = truth.train_domains[c]

@@ -12,24 +12,24 @@ from torch.nn import functional as F
 
 from benchmarks.fedcg_cost import variant_messages
 from client_app.app import app as client_app
-from client_app.fedcg import domain_logits, pseudo_domains, record_fingerprint, teacher_logits
+from client_app.methods.fedcg import domain_logits, pseudo_domains, record_fingerprint, teacher_logits
 from client_app.runtime import client_runtime
 from models import build_model
 from models.fedcg import DomainClassifier, FedCGModel, FedCGSpec
-from strategies.contracts.base import ConfigError
-from strategies.contracts.run import RunConfig
-from strategies.contracts.run import default_run_config
-from strategies.domain_balance import (
+from strategies.shared.settings import ConfigError
+from strategies.shared.run_config import RunConfig
+from strategies.shared.run_config import default_run_config
+from strategies.methods.fedcg.domain_balance import (
     Labelling, logit_moments, sinkhorn_labelling, soft_marginals, standardisation,
 )
-from strategies.fedcg import FedCG
-from strategies.phases import run_phases
-from strategies.graph import inverse_distance_adjacency
-from strategies.contracts.fedcg import (
+from strategies.methods.fedcg.server import FedCG, fedcg_for
+from strategies.shared.phases import run_phases
+from strategies.methods.fedcg.domain_graph import inverse_distance_adjacency
+from strategies.methods.fedcg.settings import (
     QUERY_FEDCG_BALANCE, STUDENT, TEACHER, TEACHER_LABELLING, FedCGBalanceReply,
     FedCGBalanceRequest, FedCGTrainReply
 )
-from strategies.messages import CONFIG, METRICS, MODEL, with_client
+from strategies.shared.messages import CONFIG, METRICS, MODEL, with_client
 from tests.test_fedcg import _literal_layer
 
 D = 4
@@ -174,7 +174,7 @@ class _FakeClients:
         return replies
 
     def label(self, strategy: FedCG) -> None:
-        run_phases(strategy.update_labelling(self),
+        run_phases(strategy.update_labelling(self.get_node_ids()),
                    lambda phase: self.exchange(phase.messages, 0.0, phase.name))
 
 
@@ -182,10 +182,10 @@ def _balanced_strategy(logits: list[torch.Tensor], **settings) -> tuple[FedCG, _
     cfg = RunConfig.from_flower({**default_run_config(), "method": "fedcg", "model": "cnn", "dataset": "digits",
                                  "num-clients": len(logits), "fedcg.bottleneck": 4,
                                  **{f"fedcg.{k}": v for k, v in settings.items()}})
-    strategy = FedCG(cfg)
+    strategy = fedcg_for(cfg)
     grid = _FakeClients(logits)
     torch.manual_seed(0)
-    strategy.bind(ArrayRecord(build_model("cnn", (1, 28, 28), 10).state_dict()), grid)
+    strategy.bind(ArrayRecord(build_model("cnn", (1, 28, 28), 10).state_dict()))
     grid.label(strategy)
     return strategy, grid
 
@@ -226,7 +226,7 @@ def test_federated_offsets_equal_a_central_sinkhorn_on_the_union_of_the_logits()
 
 
 def test_sinkhorn_labelling_over_client_sums_equals_a_central_sinkhorn_and_stops_without_answers():
-    """The server's loop (strategies.domain_balance.sinkhorn_labelling) fed the clients' soft sums."""
+    """The server's loop (strategies.methods.fedcg.domain_balance.sinkhorn_labelling) fed the clients' soft sums."""
     g = torch.Generator().manual_seed(5)
     logits = [torch.randn(n, D, generator=g) * torch.tensor([0.5, 1.0, 3.0, 1.0]) + torch.tensor([0, 2.0, 0, 1])
               for n in (25, 40, 17)]

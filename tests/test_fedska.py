@@ -11,7 +11,7 @@ from flwr.app import ArrayRecord, Message, RecordDict
 from torch.nn import functional as F
 
 from client_app.app import app as client_app
-from client_app.fedska import (
+from client_app.methods.fedska import (
     StructurePull,
     slot_permutation,
     slot_samples,
@@ -30,8 +30,8 @@ from models.gnn import (
 from server_app.app import run
 from server_app.harness.local_grid import FIRST_NODE_ID, LocalGrid
 from server_app.harness.simulate import simulate
-from strategies.contracts.base import ConfigError
-from strategies.contracts.fedska import (
+from strategies.shared.settings import ConfigError
+from strategies.methods.fedska.settings import (
     GRAD,
     GRAD_G,
     H_G,
@@ -43,11 +43,11 @@ from strategies.contracts.fedska import (
     SLOT_P,
     SlotInstructions,
 )
-from strategies.contracts.run import RunConfig, default_run_config
-from strategies.graph import share_on_edges, structure_share
-from strategies.messages import CLIENT, CONFIG, GLOBAL, METRICS, ClientAddress
-from strategies.registry import build_strategy
-from strategies.structure_learning import StructureModel, encoder_gradient_step
+from strategies.shared.run_config import RunConfig, default_run_config
+from strategies.shared.graph import share_on_edges, structure_share
+from strategies.shared.messages import CLIENT, CONFIG, GLOBAL, METRICS, ClientAddress
+from strategies.shared.registry import build_strategy
+from strategies.methods.fedska.structure_learning import StructureModel, encoder_gradient_step
 
 
 # --- the structure learner (§2 Generator, Sparsify, Symmetrize) ------------------------------------
@@ -337,7 +337,7 @@ def test_given_graph_mode_uses_the_normalised_label_sharing_graph(tiny_run):
                                  "partition": "shards", "num-clients": 6,
                                  "fedska.graph": "label-sharing"})
     strategy = build_strategy(cfg)
-    from strategies.priors import ground_truth
+    from strategies.shared.priors import ground_truth
 
     a0 = torch.as_tensor(ground_truth(cfg).label_graph)
     torch.testing.assert_close(strategy.prior_hat, symmetric_normalize(a0))
@@ -375,7 +375,7 @@ def test_graph_start_sends_each_trained_client_its_row_of_the_graph_over_trained
     strategy = build_strategy(cfg)
     model = build_model(cfg.model, (1, 28, 28) if cfg.dataset == "mnist" else (1, 8, 8), 10)
     arrays = ArrayRecord(model.state_dict())
-    from strategies.params import ParameterLayout
+    from strategies.shared.params import ParameterLayout
 
     strategy.layout = ParameterLayout.of(arrays)
     strategy.personal = torch.randn(4, strategy.layout.size)

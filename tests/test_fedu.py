@@ -9,15 +9,15 @@ import torch
 from flwr.app import ArrayRecord, MetricRecord, RecordDict
 
 from models import build_model
-from strategies.contracts.base import ConfigError
-from strategies.contracts.run import RunConfig
+from strategies.shared.settings import ConfigError
+from strategies.shared.run_config import RunConfig
 from server_app.harness.simulate import simulate
-from strategies.contracts.run import default_run_config
-from strategies.fedu import FedU, laplacian_step, rows_from_trained_neighbours
-from strategies.graph import row_normalize
-from strategies.messages import METRICS, PERSONAL, TRAIN_LOCAL
-from strategies.params import ParameterLayout
-from strategies.registry import build_strategy
+from strategies.shared.run_config import default_run_config
+from strategies.methods.fedu.server import FedU, laplacian_step, rows_from_trained_neighbours
+from strategies.shared.graph import row_normalize
+from strategies.shared.messages import METRICS, PERSONAL, TRAIN_LOCAL
+from strategies.shared.params import ParameterLayout
+from strategies.shared.registry import build_strategy
 
 
 def test_laplacian_step_moves_each_row_toward_its_neighbours():

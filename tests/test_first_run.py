@@ -17,9 +17,9 @@ import pytest
 
 from benchmarks.compare import compare
 from benchmarks.first_run import quick_start, stop_local_superlink
-from strategies.contracts.run import RunConfig
+from strategies.shared.run_config import RunConfig
 from server_app.reporting import REFERENCE, RESULTS_DIR, matching_comparison, comparison_hint
-from strategies.contracts.run import default_run_config
+from strategies.shared.run_config import default_run_config
 from tests.conftest import REPO
 from tests.test_e2e_flwr_run import _free_port
 

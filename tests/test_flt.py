@@ -11,13 +11,13 @@ import torch
 from flwr.app import Message
 
 from client_app.app import app as client_app
-from client_app.flt import local_k
+from client_app.methods.flt import local_k
 from models.autoencoder import ConvAutoencoder
 from server_app.app import run
 from server_app.harness.local_grid import LocalGrid
 from server_app.harness.simulate import simulate
-from strategies.contracts.base import ConfigError
-from strategies.contracts.flt import (
+from strategies.shared.settings import ConfigError
+from strategies.methods.flt.settings import (
     AUTOENCODER,
     CENTROIDS,
     CENTROIDS_MU,
@@ -26,11 +26,11 @@ from strategies.contracts.flt import (
     TRAIN_FLT_AE,
     FLTSection,
 )
-from strategies.contracts.run import RunConfig, default_run_config
-from strategies.flt import FLT, server_held_images
-from strategies.local import Local
-from strategies.messages import CLIENT, METRICS
-from strategies.relatedness import (form_client_relatedness, place_client, relative_threshold,
+from strategies.shared.run_config import RunConfig, default_run_config
+from strategies.methods.flt.server import FLT, server_held_images
+from strategies.methods.local.server import Local
+from strategies.shared.messages import CLIENT, METRICS
+from strategies.methods.flt.relatedness import (form_client_relatedness, place_client, relative_threshold,
                                     threshold_adjacency)
 
 
@@ -58,7 +58,7 @@ def test_flt_config_errors_name_key_value_and_allowed():
         RunConfig.from_flower({**base, "flt.k-mode": "labels"})
     with pytest.raises(ConfigError, match="key 'flt.distance' = 'cosine' is invalid: .*'matching'"):
         RunConfig.from_flower({**base, "flt.distance": "cosine"})
-    from strategies.registry import build_strategy
+    from strategies.shared.registry import build_strategy
 
     with pytest.raises(ConfigError, match="key 'dataset' = 'cifar10' is invalid for method 'flt'"):
         build_strategy(RunConfig.from_flower({**base, "dataset": "cifar10"}))
@@ -93,7 +93,7 @@ def test_flt_samples_ceil_rho_m_clients(online, rho, flt_count, floor_count):
 
 @pytest.mark.parametrize("fresh_only", [False, True])
 def test_flt_fresh_only_averages_the_sampled_neighbours_only(fresh_only):
-    from strategies.neighbourhood import NeighbourhoodModels
+    from strategies.methods.flt.neighbourhood import NeighbourhoodModels
 
     flt = FLT(3, 0.5, FLTSection(fresh_only=fresh_only), input_shape=(1, 28, 28))
     held = torch.tensor([[1.0, 1.0], [3.0, 3.0], [5.0, 5.0]])

@@ -1,5 +1,5 @@
 """FLT's aggregation at scale: neighbourhood sums shared along a spanning tree of Ã's distinct rows
-(`strategies.neighbourhood_sums.SumTree`, used by `strategies.neighbourhood.NeighbourhoodModels`) equal the
+(`strategies.methods.flt.neighbourhood_sums.SumTree`, used by `strategies.methods.flt.neighbourhood.NeighbourhoodModels`) equal the
 plain formula W = D⁻¹(Ã diag(n))·V round after round, stale models included."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from strategies.neighbourhood import NeighbourhoodModels, neighbourhood_average
-from strategies.relatedness import cluster_adjacency
-from strategies.neighbourhood_sums import SumTree
+from strategies.methods.flt.neighbourhood import NeighbourhoodModels, neighbourhood_average
+from strategies.methods.flt.relatedness import cluster_adjacency
+from strategies.methods.flt.neighbourhood_sums import SumTree
 
 
 def near_block_graph(rng: np.random.Generator, sizes: list[int], flips: float) -> np.ndarray:

@@ -6,15 +6,13 @@ import json
 import numpy as np
 import pytest
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
-from flwr.supercore.task_identity import TaskIdentity
 
 from server_app.harness.simulate import simulate
-from strategies.fusion import fuse, fuse_reply, split_reply, split_request
-from strategies.messages import CLIENT, CONFIG, EVALUATION_PREFIX, FUSED, GLOBAL, METRICS
+from strategies.shared.fusion import fuse, fuse_reply, split_reply, split_request
+from strategies.shared.messages import CLIENT, CONFIG, EVALUATION_PREFIX, FUSED, GLOBAL, METRICS
+from server_app.harness.local_grid import set_task_identity
 
-for _name in ("run_id", "node_id", "task_id"):
-    if getattr(TaskIdentity, f"_{_name}") is None:
-        setattr(TaskIdentity, _name, 1)
+set_task_identity()
 
 TRANSPORT = ("seconds", "bytes-down", "bytes-up", "bytes-down-per-client", "bytes-up-per-client",
              "phases")

@@ -1,4 +1,4 @@
-"""Graph math (strategies/graph.py): FLT's distances, threshold, Ward clusters, neighbourhood averaging
+"""Graph math (strategies/shared/graph.py): FLT's distances, threshold, Ward clusters, neighbourhood averaging
 (spec flt §7 unit tests: Ã = 11ᵀ is FedAvg, Ã = I is local training, matching = brute force)."""
 
 from __future__ import annotations
@@ -10,20 +10,20 @@ import pytest
 import torch
 from scipy.cluster.hierarchy import fcluster, linkage
 
-from strategies.graph import (
+from strategies.shared.graph import (
     fresh_graph,
     share_inside_groups,
     structure_share,
     true_structure,
     uniform_share,
 )
-from strategies.neighbourhood import (
+from strategies.methods.flt.neighbourhood import (
     NeighbourhoodModels,
     neighbourhood_average,
     neighbourhood_weights,
 )
-from strategies.personalized import weighted_mean
-from strategies.relatedness import (
+from strategies.shared.personalized import weighted_mean
+from strategies.methods.flt.relatedness import (
     adjusted_rand,
     cluster_adjacency,
     connected_components,
@@ -32,7 +32,7 @@ from strategies.relatedness import (
     umap_place,
     ward_clusters,
 )
-from strategies.set_distance import matching_distance, set_distances
+from strategies.methods.flt.set_distance import matching_distance, set_distances
 
 
 def _brute_matching(a: np.ndarray, b: np.ndarray) -> float:

@@ -15,47 +15,33 @@ from client_app.training import evaluate as evaluate_model
 from client_app.training import seeded_generator, train_epochs
 from datasets.federated import load_client_data
 from server_app.app import initial_arrays
-from strategies.contracts.run import RunConfig
+from strategies.shared.run_config import RunConfig
 from server_app.harness.local_grid import LocalGrid
-from strategies.contracts.provenance import code_fingerprint
+from strategies.shared.provenance import code_fingerprint
 from server_app.harness.simulate import simulate
-from strategies.contracts.run import default_run_config
-from strategies.clients import ClientGrid
-from strategies.fedsem import FedSEM, kmeans, kmeans_plus_plus
-from strategies.clustered import seeded_models
-from strategies.ifca import IFCA
-from strategies.contracts.ifca import EVALUATE_IFCA, TRAIN_IFCA, cluster_model
-from strategies.messages import (
+from strategies.shared.run_config import default_run_config
+from server_app.clients import ClientGrid
+from strategies.methods.fedsem.server import FedSEM, kmeans, kmeans_plus_plus
+from strategies.shared.clustered import seeded_models
+from strategies.methods.ifca.server import IFCA
+from strategies.methods.ifca.settings import EVALUATE_IFCA, TRAIN_IFCA, cluster_model
+from strategies.shared.messages import (
     CONFIG, METRICS, MODEL, PERSONAL, EvaluateInstructions, TrainInstructions
 )
-from strategies.params import ParameterLayout
-
-
-class _FakeClients:
-    """Stands in for ClientGrid: knows which client each reply came from."""
-
-    def __init__(self):
-        self.of = {}
-
-    def client_id(self, reply):
-        return self.of[id(reply)]
+from strategies.shared.params import ParameterLayout
 
 
 def _replies(strategy, records_by_client):
-    """Train replies (as Flower builds them) from the given clients, registered with a fake grid."""
-    from flwr.supercore.task_identity import TaskIdentity
+    """(client id, train reply) pairs (replies as Flower builds them), as the runner hands them."""
+    from server_app.harness.local_grid import set_task_identity
 
-    for name in ("run_id", "node_id", "task_id"):
-        if getattr(TaskIdentity, f"_{name}") is None:
-            setattr(TaskIdentity, name, 1)
-    strategy.clients = strategy.clients or _FakeClients()
+    set_task_identity()
     replies = []
     for client, records in records_by_client.items():
         sent = Message(RecordDict(records), dst_node_id=1, message_type="train")
         sent.metadata.__dict__["_message_id"] = f"m{client}"
         reply = Message(RecordDict(records), reply_to=sent)
-        strategy.clients.of[id(reply)] = client
-        replies.append(reply)
+        replies.append((client, reply))
     return replies
 
 

@@ -33,8 +33,8 @@ def test_the_checker_sees_lazy_imports_and_circles():
     edges = {"a.x": {"a.y"}, "a.y": {"a.z"}, "a.z": {"a.x"}, "b.w": set()}
     assert cycles(edges) == [["a.x", "a.y", "a.z"]]
     graph = module_imports()
-    # a lazy (in-function) import: the registry builds strategies only when asked
-    assert "strategies.sfl" in graph["strategies.registry"]
+    # a lazy (in-function) import: a method package builds its strategy only when asked
+    assert "strategies.methods.sfl.server" in graph["strategies.methods.sfl"]
     assert group("server_app.harness.simulate") == "server_app.harness"
 
 

@@ -24,7 +24,7 @@ for name in ("run_id", "node_id", "task_id"):
     setattr(TaskIdentity, name, 1)
 from client_app.app import app
 from models import build_model
-from strategies.messages import (
+from strategies.shared.messages import (
     CLIENT, CONFIG, GLOBAL, METRICS, ClientAddress, EvaluateInstructions, TrainInstructions
 )
 import tomllib

@@ -6,7 +6,7 @@ import torch
 from flwr.app import ArrayRecord
 
 from models import build_model
-from strategies.params import ParameterLayout
+from strategies.shared.params import ParameterLayout
 
 
 def _resnet_arrays():

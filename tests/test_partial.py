@@ -8,15 +8,17 @@ from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
 from models import build_model
 from server_app.harness.simulate import simulate
-from strategies.messages import CONFIG, METRICS, PERSONAL, TRAIN_LOCAL
-from strategies.partial import FedPer, LGFedAvg, shared_columns
+from strategies.shared.messages import CONFIG, METRICS, PERSONAL, TRAIN_LOCAL
+from strategies.methods.fedper.server import FedPer
+from strategies.methods.lg_fedavg.server import LGFedAvg
+from strategies.shared.partial import shared_columns
 
 
 def _setup(cls, num_clients=3):
     torch.manual_seed(0)
     arrays = ArrayRecord(build_model("mclr", (1, 28, 28), 10).state_dict())
     strategy = cls(num_clients, 1.0)
-    strategy.bind(arrays, grid=None)
+    strategy.bind(arrays)
     return strategy, arrays, strategy.layout
 
 

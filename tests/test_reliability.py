@@ -16,16 +16,18 @@ import pytest
 from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from client_app import evaluation, fedavg, identify
+from client_app import evaluation
+from client_app.methods import fedavg
+from client_app import identify
 from client_app.app import with_evaluation
 from server_app.app import run
 from server_app.checkpoint import CheckpointError, CheckpointStore, checkpoint_path
-from strategies.contracts.base import ConfigError
-from strategies.contracts.run import RunConfig
+from strategies.shared.settings import ConfigError
+from strategies.shared.run_config import RunConfig
 from server_app.harness.local_grid import LocalGrid
 from server_app.harness.simulate import simulate
-from strategies.contracts.run import default_run_config
-from strategies.messages import CLIENT, METRICS, MODEL
+from strategies.shared.run_config import default_run_config
+from strategies.shared.messages import CLIENT, METRICS, MODEL
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -292,7 +294,7 @@ def test_defaults_are_capped_not_rejected_for_small_federations():
 def test_robust_rules_are_the_coordinatewise_median_and_trimmed_mean():
     import torch
 
-    from strategies.personalized import robust_mean
+    from strategies.shared.personalized import robust_mean
 
     rows = torch.tensor([[0.0, 10.0], [1.0, 20.0], [2.0, 30.0], [3.0, 40.0], [1000.0, -1e6]])
     weights = torch.tensor([1.0, 1.0, 1.0, 1.0, 100.0])

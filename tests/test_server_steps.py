@@ -4,32 +4,25 @@ aggregation as a function of V, FLT's relatedness driven with made-up client rep
 import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
-from flwr.supercore.task_identity import TaskIdentity
 
-from strategies.contracts.flt import (
+from strategies.methods.flt.settings import (
     AUTOENCODER, CENTROIDS, CENTROIDS_MU, QUERY_FLT_EMBED, TRAIN_FLT_AE, AutoencoderReply,
     EmbedReply, FLTSection,
 )
-from strategies.flt import FLT
-from strategies.gcn import GCNPropagation
-from strategies.graph import row_normalize
-from strategies.messages import METRICS
-from strategies.phases import answer
-from strategies.sfl import sfl_step
+from strategies.methods.flt.server import FLT
+from strategies.methods.sfl.gcn import GCNPropagation
+from strategies.shared.graph import row_normalize
+from strategies.shared.messages import METRICS
+from strategies.shared.phases import answer
+from strategies.methods.sfl.server import sfl_step
+from server_app.harness.local_grid import set_task_identity
 
-for _name in ("run_id", "node_id", "task_id"):
-    if getattr(TaskIdentity, f"_{_name}") is None:
-        setattr(TaskIdentity, _name, 1)
+set_task_identity()
 
 
-class Online:
-    """Which clients are reachable: all of them (what a method's step may ask a grid)."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def get_node_ids(self) -> list[int]:
-        return list(range(self.n))
+def Online(n: int) -> list[int]:
+    """Which clients are reachable: all of them (what the runner hands a method's step)."""
+    return list(range(n))
 
 
 def test_sfl_step_propagates_v_over_the_graph_and_reads_out_the_mean():
@@ -45,7 +38,7 @@ def test_sfl_step_gives_an_untrained_client_without_trained_neighbours_the_globa
     graph = torch.tensor([[1.0, 1, 0, 0], [1, 1, 0, 0], [0, 0, 1, 1], [0, 0, 1, 1]])
     weights = torch.tensor([1.0, 0.5, 0.0, 0.0], dtype=torch.float64)  # clients 2, 3: never trained
     v = torch.arange(12, dtype=torch.float32).reshape(4, 3)
-    from strategies.graph import fresh_graph
+    from strategies.shared.graph import fresh_graph
     propagation = GCNPropagation(fresh_graph(graph, weights), hops=1, alpha=1.0)
     u, w = sfl_step(propagation, v, weights, graph)
     # w = (1·U_0 + 0.5·U_1) / 1.5; clients 2 and 3 reach no trained row, so they get w
@@ -92,9 +85,9 @@ def test_flt_relatedness_from_made_up_replies_joins_clients_with_close_centroids
 def test_fedska_structure_step_learns_the_client_clusters_from_descriptors_alone():
     """FedSKA's structure learning (§2) on plain descriptor tensors: two groups of clients whose mean
     features differ in a few dimensions get a graph with its weight inside the groups."""
-    from strategies.contracts.fedska import FedSKASection
-    from strategies.structure_learning import StructureModel
-    from strategies.graph import structure_share
+    from strategies.methods.fedska.settings import FedSKASection
+    from strategies.methods.fedska.structure_learning import StructureModel
+    from strategies.shared.graph import structure_share
 
     generator = torch.Generator().manual_seed(0)
     base = torch.rand(1, 16, generator=generator).repeat(12, 1)
@@ -110,22 +103,22 @@ def test_fedska_structure_step_learns_the_client_clusters_from_descriptors_alone
 def test_fedcg_labelling_step_balances_a_collapsed_teacher_from_made_up_client_sums():
     """FedCG's balancing (§6.9) driven without a grid: the clients' per-domain sums come from fixed
     teacher logits that put every image in domain 0; the labelling the step forms spreads them."""
-    from client_app.fedcg import pseudo_domains
+    from client_app.methods.fedcg import pseudo_domains
     from models import build_model
-    from strategies.contracts.fedcg import (
+    from strategies.methods.fedcg.settings import (
         TEACHER_LABELLING, FedCGBalanceReply, FedCGBalanceRequest,
     )
-    from strategies.contracts.run import RunConfig, default_run_config
-    from strategies.domain_balance import Labelling, logit_moments, soft_marginals
-    from strategies.fedcg import FedCG
-    from strategies.messages import CONFIG
+    from strategies.shared.run_config import RunConfig, default_run_config
+    from strategies.methods.fedcg.domain_balance import Labelling, logit_moments, soft_marginals
+    from strategies.methods.fedcg.server import fedcg_for
+    from strategies.shared.messages import CONFIG
 
     d = 4
     g = torch.Generator().manual_seed(0)
     logits = [torch.randn(n, d, generator=g) * 0.3 + torch.tensor([6.0, 0, 0, 0]) for n in (80, 60, 70)]
     cfg = RunConfig.from_flower({**default_run_config(), "method": "fedcg", "model": "cnn",
                                  "dataset": "digits", "num-clients": 3, "fedcg.bottleneck": 4})
-    fedcg = FedCG(cfg)
+    fedcg = fedcg_for(cfg)
     arrays = ArrayRecord(build_model("cnn", (1, 28, 28), 10).state_dict())
 
     def respond(client: int, message: Message) -> Message:

@@ -8,21 +8,21 @@ import pytest
 import torch
 from flwr.app import ArrayRecord, Context, MetricRecord, RecordDict
 
-from client_app.sfl import sfl_penalty
+from client_app.methods.sfl import sfl_penalty
 from builders import train_config
-from strategies.contracts.base import ConfigError
-from strategies.contracts.run import RunConfig
+from strategies.shared.settings import ConfigError
+from strategies.shared.run_config import RunConfig
 from server_app.harness.simulate import simulate
-from strategies.contracts.run import default_run_config
-from strategies.gcn import GCNPropagation, gcn_operator, gcn_propagate
-from strategies.graph import knn_graph, row_normalize, share_on_edges, top_k_per_row
-from strategies.priors import check_adjacency, read_adjacency
-from strategies.graph_learner import GraphConstructor, GraphLearner, blend, graph_target
-from strategies.contracts.sfl import TRAIN_SFL
-from strategies.messages import CONFIG, GLOBAL, METRICS, MODEL, PERSONAL
-from strategies.params import ParameterLayout
-from strategies.registry import build_strategy
-from strategies.sfl import SFL, prior_graph
+from strategies.shared.run_config import default_run_config
+from strategies.methods.sfl.gcn import GCNPropagation, gcn_operator, gcn_propagate
+from strategies.shared.graph import knn_graph, row_normalize, share_on_edges, top_k_per_row
+from strategies.shared.priors import check_adjacency, read_adjacency
+from strategies.methods.sfl.graph_learner import GraphConstructor, GraphLearner, blend, graph_target
+from strategies.methods.sfl.settings import TRAIN_SFL
+from strategies.shared.messages import CONFIG, GLOBAL, METRICS, MODEL, PERSONAL
+from strategies.shared.params import ParameterLayout
+from strategies.shared.registry import build_strategy
+from strategies.methods.sfl.server import SFL, prior_graph
 
 PLANS = [("graph-first", True), ("graph-first", False), ("rows-first", True), ("rows-first", False)]
 
@@ -50,7 +50,7 @@ def test_propagation_equals_the_dense_reference(hops, alpha, order, sparse):
 
 @pytest.mark.parametrize("hops,alpha", [(1, 1.0), (3, 0.7)])
 def test_sparse_kernel_crosses_column_blocks_and_threads_and_writes_into_out(hops, alpha):
-    from strategies import spmm
+    from strategies.methods.sfl import spmm
 
     n = 37
     columns = 2 * spmm.block_columns(n) + 45  # two threads, several blocks, a ragged last block

@@ -8,11 +8,11 @@ from flwr.app import Message
 
 from client_app.app import app as client_app
 from server_app.app import run
-from strategies.contracts.run import RunConfig
+from strategies.shared.run_config import RunConfig
 from server_app.harness.local_grid import LocalGrid
 from server_app.harness.simulate import simulate
-from strategies.contracts.run import default_run_config
-from strategies.messages import CLIENT
+from strategies.shared.run_config import default_run_config
+from strategies.shared.messages import CLIENT
 
 
 def test_fedavg_accuracy_rises_above_round_zero_on_mnist(tmp_path):

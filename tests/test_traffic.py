@@ -24,11 +24,11 @@ from datasets.traffic import (
     sensor_split, split_bounds, synthetic_traffic, windows,
 )
 from models import build_model
-from strategies.contracts.base import ConfigError
-from strategies.contracts.run import RunConfig
+from strategies.shared.settings import ConfigError
+from strategies.shared.run_config import RunConfig
 from server_app.metrics import regression_summary
 from server_app.summary_table import console_table
-from strategies.messages import EvaluateReply
+from strategies.shared.messages import EvaluateReply
 
 SPAN = INPUT_STEPS + HORIZON - 1  # time steps a part loses to windowing
 

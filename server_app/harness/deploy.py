@@ -73,7 +73,7 @@ def serverapp_executor(tls: Tls, superlink_runtime: str = f"127.0.0.1:{CONTROL_P
 
 def node_config(partition_id: int, num_partitions: int, data_root: str = "") -> str:
     """The `--node-config` of a SuperNode: which clients it hosts (c ≡ partition-id mod
-    num-partitions, see strategies/clients.py) and, optionally, where its data lives."""
+    num-partitions, see server_app/clients.py) and, optionally, where its data lives."""
     if not 0 <= partition_id < num_partitions:
         raise ValueError(f"partition-id {partition_id} must be in [0, num-partitions={num_partitions})")
     config = f"partition-id={partition_id} num-partitions={num_partitions}"

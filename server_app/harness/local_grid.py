@@ -19,15 +19,22 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid
 from flwr.supercore.task_identity import TaskIdentity
 
+def set_task_identity() -> None:
+    """Give this process the (run, node, task) identity Flower 1.39 needs to build a `Message`
+    outside a running ServerApp or ClientApp (in-process grids, tests); an identity already set is
+    kept."""
+    for name in ("run_id", "node_id", "task_id"):
+        if getattr(TaskIdentity, f"_{name}") is None:
+            setattr(TaskIdentity, name, 1)
+
+
 CLIENT_APP_EXCEPTION = 2  # Flower's error code for an exception raised in a ClientApp
 FIRST_NODE_ID = 1000
 
 
 class LocalGrid(Grid):
     def __init__(self, client_app: ClientApp, num_nodes: int, run_config: dict[str, Any]) -> None:
-        for name in ("run_id", "node_id", "task_id"):  # identity of this "ServerApp" process
-            if getattr(TaskIdentity, f"_{name}") is None:
-                setattr(TaskIdentity, name, 1)
+        set_task_identity()
         self.client_app = client_app
         self.contexts = {
             FIRST_NODE_ID + i: Context(

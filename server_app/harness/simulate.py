@@ -9,7 +9,7 @@ from client_app.app import app as client_app
 from server_app.app import run
 from server_app.callbacks import RunCallback
 from server_app.harness.local_grid import LocalGrid
-from strategies.contracts.run import RunConfig, default_run_config
+from strategies.shared.run_config import RunConfig, default_run_config
 
 
 def simulate(overrides: dict[str, Any], num_nodes: int | None = None,

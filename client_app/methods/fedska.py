@@ -1,0 +1,188 @@
+"""Client half of FedSKA (specs/fedska.md §3). Clients are stateless: the slot permutation is
+recomputed from (seed, client id), and the head of the global model comes with each gradient query.
+
+- `train.fedska` (step 1): θ ← w̄; `local-epochs` of SGD on L_C + λ_S·L_S (Eq 9–10), where
+  L_S = mean_i (1 − cos(f^e(x_i), h^g_i)) and h^g_i is row π^{-1}(i) of the received `graph_target`
+  (samples without a slot, or rounds without a target, get no L_S); then the descriptor
+  h̄^c = mean_i f^e(x_i) of the trained model (no grad). Reply `model`, `descriptor` {h_c}.
+- `query.ska_embed` (step 3): P[l] = f^e_{w̄}(x_{π(l mod N)}) for l < L (eval mode, no grad);
+  reply `slot_features` {p: [L, d]}.
+- `query.ska_grad` (step 4): l_k = (1/L) Σ_l loss(f^s_{w̄}(h^g[l]), y_{π(l mod N)}) with the received
+  head; reply `grad` {g = ∂l_k/∂h^g: [L, d]} and the loss (Eq 8).
+
+Slots (§3 [D]): π is a seeded permutation of the client's train indices; slot l ↦ sample π(l mod N).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from flwr.app import Array, ArrayRecord, Context, Message, RecordDict
+from torch import nn
+from torch.nn import functional as F
+
+from client_app.runtime import ClientRuntime, client_runtime, model_record
+from client_app.training import seeded_generator, task_loss, train_epochs
+from models import build_model
+from strategies.methods.fedska.settings import (
+    DESCRIPTOR,
+    GRAD,
+    GRAD_G,
+    GRAPH_TARGET,
+    H_C,
+    H_G,
+    HEAD,
+    SLOT_ENCODING,
+    SLOT_FEATURES,
+    SLOT_P,
+    FedSKATrain,
+    SlotInstructions,
+    SlotReply,
+)
+from strategies.shared.messages import CONFIG, GLOBAL, METRICS, MODEL, TrainReply
+
+SLOT_STREAM = 17  # seeded_generator purpose id of the slot permutation π
+EMBED_BATCH = 1024
+
+
+def slot_permutation(seed: int, client_id: int, num_samples: int) -> torch.Tensor:
+    """π: a seeded permutation of the client's train indices, the same in every phase and round."""
+    return torch.randperm(num_samples, generator=seeded_generator(seed, client_id, SLOT_STREAM))
+
+
+def slot_samples(permutation: torch.Tensor, num_slots: int) -> torch.Tensor:
+    """Sample index of every slot l < L: π(l mod N) (slots ≥ N repeat samples)."""
+    return permutation[torch.arange(num_slots) % len(permutation)]
+
+
+def slot_targets(encodings: torch.Tensor, permutation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-sample L_S targets [N, d] from slot encodings [L, d]: sample π(l) gets row l for
+    l < min(L, N); the mask [N] says which samples have one (if L < N, the rest do not)."""
+    n = len(permutation)
+    used = min(len(encodings), n)
+    targets = torch.zeros(n, encodings.shape[1], dtype=encodings.dtype)
+    has = torch.zeros(n, dtype=torch.bool)
+    targets[permutation[:used]] = encodings[:used]
+    has[permutation[:used]] = True
+    return targets, has
+
+
+class StructurePull(nn.Module):
+    """The model with L_S attached: its input is sample *positions*, so the penalty of a batch knows
+    which targets belong to it. `forward(ids)` = f^s(f^e(x_ids)); `penalty(_)` = λ_S·L_S of the last
+    batch = λ_S·(1/B) Σ_{i∈batch, i has a target} (1 − cos(f^e(x_i), h^g_i)) (Eq 10; cos(·, 0) = 0)."""
+
+    def __init__(self, model: nn.Module, x: torch.Tensor, targets: torch.Tensor,
+                 has_target: torch.Tensor, lambda_s: float) -> None:
+        super().__init__()
+        self.model = model
+        self.x, self.targets, self.has_target = x, targets, has_target
+        self.lambda_s = lambda_s
+        self._features: torch.Tensor | None = None
+        self._ids: torch.Tensor | None = None
+        self.total, self.count = 0.0, 0
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        self._ids = ids
+        self._features = self.model.features(self.x[ids])
+        return self.model.head(self._features)
+
+    def penalty(self, _: nn.Module) -> torch.Tensor:
+        ids = self._ids
+        cos = F.cosine_similarity(self._features, self.targets[ids], dim=1, eps=1e-8)
+        terms = (1.0 - cos) * self.has_target[ids].to(cos.dtype)
+        value = terms.mean()
+        self.total += float(terms.detach().sum())
+        self.count += int(self.has_target[ids].sum())
+        return self.lambda_s * value
+
+    @property
+    def mean_structure_loss(self) -> float | None:
+        return self.total / self.count if self.count else None
+
+
+@torch.no_grad()
+def features_of(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """f^e(x) [n, d] in eval mode, in batches."""
+    model.eval()
+    return torch.cat([model.features(x[i : i + EMBED_BATCH]) for i in range(0, len(x), EMBED_BATCH)])
+
+
+def _array(tensor: torch.Tensor) -> Array:
+    return Array(np.ascontiguousarray(tensor.detach().cpu().numpy().astype(np.float32)))
+
+
+def train(message: Message, context: Context) -> Message:
+    """`train.fedska` (§3 step 1): Eq 9 from w̄, then the descriptor h̄^c (§2)."""
+    rt = client_runtime(message, context)
+    ins = FedSKATrain.read(message.content[CONFIG])
+    model = rt.model(message.content[GLOBAL])
+    x, y = rt.tensors("train")
+    permutation = slot_permutation(ins.seed, rt.client_id, len(y))
+    generator = seeded_generator(ins.seed, rt.client_id, ins.server_round)
+    common = dict(epochs=ins.local_epochs, batch_size=ins.batch_size, lr=ins.lr,
+                  momentum=ins.momentum, generator=generator)
+    structure_loss = None
+    if GRAPH_TARGET in message.content and ins.lambda_s > 0:
+        encodings = torch.from_numpy(message.content[GRAPH_TARGET][H_G].numpy().astype(np.float32))
+        slots = ins.num_slots if ins.num_slots is not None else len(encodings)
+        if tuple(encodings.shape) != (slots, model.feature_dim):
+            raise ValueError(f"'{GRAPH_TARGET}' has shape {tuple(encodings.shape)}; expected "
+                             f"[num-slots, d] = [{slots}, {model.feature_dim}]")
+        targets, has = slot_targets(encodings, permutation)
+        pulled = StructurePull(model, x, targets.to(rt.device), has.to(rt.device), ins.lambda_s)
+        loss = train_epochs(pulled, torch.arange(len(y), device=rt.device), y, penalty=pulled.penalty,
+                            **common)
+        structure_loss = pulled.mean_structure_loss
+    else:  # round 1 (h^g = 0): cos(·, 0) = 0, L_S is a constant
+        loss = train_epochs(model, x, y, **common)
+    descriptor = features_of(model, x).mean(dim=0)
+    reply = TrainReply(num_examples=len(y), train_loss=loss, structure_loss=structure_loss,
+                       cuda=rt.on_cuda)
+    return Message(RecordDict({
+        MODEL: model_record(model),
+        DESCRIPTOR: ArrayRecord({H_C: _array(descriptor)}),
+        METRICS: reply.metrics(),
+    }), reply_to=message)
+
+
+def embed(message: Message, context: Context) -> Message:
+    """`query.ska_embed` (§3 step 3): per-slot features of the global feature extractor."""
+    rt = client_runtime(message, context)
+    ins = SlotInstructions.read(message.content[CONFIG])
+    model = rt.model(message.content[GLOBAL])
+    x, y = rt.tensors("train")
+    samples = slot_samples(slot_permutation(ins.seed, rt.client_id, len(y)), ins.num_slots)
+    slots = features_of(model, x[samples.to(rt.device)])
+    reply = SlotReply(num_examples=len(y))
+    return Message(RecordDict({
+        SLOT_FEATURES: ArrayRecord({SLOT_P: _array(slots)}), METRICS: reply.metrics(),
+    }), reply_to=message)
+
+
+def _head(rt: ClientRuntime, record: ArrayRecord) -> nn.Module:
+    """f^s of the global model from the `head` record (the model built on the meta device)."""
+    with torch.device("meta"):
+        model = build_model(rt.cfg.model, rt.data.input_shape, rt.data.num_classes)
+    model.head.load_state_dict(record.to_torch_state_dict(), assign=True)
+    return model.head.to(rt.device)
+
+
+def slot_gradient(message: Message, context: Context) -> Message:
+    """`query.ska_grad` (§3 step 4, Eq 8): G_k = ∂l_k/∂h^g_k for the received encodings."""
+    rt = client_runtime(message, context)
+    ins = SlotInstructions.read(message.content[CONFIG])
+    head = _head(rt, message.content[HEAD])
+    encodings = torch.from_numpy(message.content[SLOT_ENCODING][H_G].numpy().astype(np.float32))
+    if encodings.shape[0] != ins.num_slots:
+        raise ValueError(f"'{SLOT_ENCODING}' has {encodings.shape[0]} rows but num-slots = "
+                         f"{ins.num_slots}")
+    encodings = encodings.to(rt.device).requires_grad_(True)
+    _, y = rt.tensors("train")
+    samples = slot_samples(slot_permutation(ins.seed, rt.client_id, len(y)), ins.num_slots)
+    loss = task_loss(head(encodings), y[samples.to(rt.device)])
+    (grad,) = torch.autograd.grad(loss, encodings)
+    reply = SlotReply(num_examples=len(y), loss=float(loss.detach()))
+    return Message(RecordDict({
+        GRAD: ArrayRecord({GRAD_G: _array(grad)}), METRICS: reply.metrics(),
+    }), reply_to=message)

@@ -1,0 +1,270 @@
+"""Stable client identity on top of Flower's node ids.
+
+A Flower node id changes between runs (simulation) and restarts (deployment without auth); a Bouquet
+client id does not. A SuperNode started with node_config `partition-id=p num-partitions=n` hosts the
+logical clients `{c < num_clients : c mod n == p}`: one client per node in a deployment (n equal to
+num-clients), several per node in a small local simulation. `ClientGrid` looks like a Flower `Grid`
+whose node ids *are* client ids, so Flower's own strategies (FedAvg, FedProx) sample and address
+clients unchanged; it rewrites each message to the hosting node and remembers which client a reply
+came from.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from flwr.app import ArrayRecord, Error, Message, RecordDict
+from flwr.serverapp import Grid
+
+from strategies.shared.fusion import fuse, is_fused, split_reply, split_request
+from strategies.shared.messages import IDENTIFY, IdentifyReply, IdentifyRequest, with_client
+from server_app.validation import INVALID_REPLY, ReplyValidator
+
+log = logging.getLogger(__name__)
+
+POLL_INTERVAL = 0.15  # s between pulls of outstanding replies (Flower's Grid.send_and_receive: 3 s)
+
+
+def push_and_pull(grid: Grid, messages: list[Message], timeout: float,
+                  poll_interval: float = POLL_INTERVAL) -> list[Message]:
+    """`Grid.send_and_receive` with a short poll: push `messages`, then pull their replies every
+    `poll_interval` s until all have arrived or `timeout` s have passed. A reply that arrives later
+    is never pulled (it is ignored, as Flower's own loop ignores it); replies to other messages are
+    dropped."""
+    deadline = time.monotonic() + timeout
+    outstanding = {message_id for message_id in grid.push_messages(messages) if message_id}
+    replies: list[Message] = []
+    while outstanding:
+        for reply in grid.pull_messages(sorted(outstanding)):
+            if reply.metadata.reply_to_message_id in outstanding:
+                outstanding.discard(reply.metadata.reply_to_message_id)
+                replies.append(reply)
+        left = deadline - time.monotonic()
+        if not outstanding or left <= 0:
+            break
+        time.sleep(min(poll_interval, left))
+    return replies
+
+
+@dataclass(frozen=True)
+class NodeSlot:
+    """What a node told us about itself in `query.identify`."""
+
+    node_id: int
+    partition_id: int
+    num_partitions: int
+    device: str
+
+
+class CodeMismatchError(RuntimeError):
+    """A node runs different Bouquet code than the server (stale app on the node)."""
+
+
+def array_bytes(content: RecordDict) -> int:
+    """Bytes of every ArrayRecord in a message, as serialised for the wire."""
+    return sum(
+        record.count_bytes() for record in content.values() if isinstance(record, ArrayRecord)
+    )
+
+
+class ClientGrid:
+    """A Grid view addressed by stable client ids; counts the bytes of each client's messages and
+    validates every reply (`server_app.validation`): an invalid one is handed on as an error reply."""
+
+    def __init__(self, grid: Grid, num_clients: int, code_fingerprint: str,
+                 validator: ReplyValidator | None = None) -> None:
+        self.grid = grid
+        self.validator = validator or ReplyValidator()
+        self.num_clients = num_clients
+        self.code_fingerprint = code_fingerprint
+        self.slots: dict[int, NodeSlot] = {}
+        self.identify_failures: dict[int, str] = {}  # node id -> error reason, latest refresh
+        self._host: dict[int, int] = {}  # client id -> node id
+        self._client_of_message: dict[str, int] = {}
+        self.bytes_down: dict[int, int] = defaultdict(int)
+        self.bytes_up: dict[int, int] = defaultdict(int)
+        self.phases = 0  # exchanges with clients since the last take_traffic (identify excluded)
+
+    # --- membership -------------------------------------------------------------------------
+    def refresh(self, timeout: float) -> None:
+        """Identify nodes that joined, forget nodes that left, and recompute who hosts whom."""
+        online = set(self.grid.get_node_ids())
+        for gone in set(self.slots) - online:
+            del self.slots[gone]
+        new = sorted(online - set(self.slots))
+        self.identify_failures = {}
+        if new:
+            request = RecordDict(
+                {"config": IdentifyRequest(
+                    code_fingerprint=self.code_fingerprint, num_clients=self.num_clients
+                ).config()}
+            )
+            messages = [Message(request, dst_node_id=n, message_type=IDENTIFY) for n in new]
+            replies = push_and_pull(self.grid, messages, timeout)
+            sent_to = {m.metadata.message_id: m.metadata.dst_node_id for m in messages}
+            for reply in replies:
+                node = sent_to.get(reply.metadata.reply_to_message_id, reply.metadata.src_node_id)
+                if reply.has_error():
+                    log.warning("node %s could not identify itself: %s", node, reply.error.reason)
+                    self.identify_failures[node] = reply.error.reason
+                    continue
+                info = IdentifyReply.read(reply.content["config"])
+                if info.code_fingerprint != self.code_fingerprint:
+                    raise CodeMismatchError(
+                        f"node {node} runs Bouquet code {info.code_fingerprint} but the server runs "
+                        f"{self.code_fingerprint}; a stale app is being served. Stop the local "
+                        "SuperLink (by its PID) and run `flwr run` again."
+                    )
+                self.slots[node] = NodeSlot(node, info.partition_id, info.num_partitions, info.device)
+                hosted = range(info.partition_id, self.num_clients, info.num_partitions)
+                for client, train, test in zip(hosted, info.train_sizes, info.test_sizes):
+                    self.validator.declare(client, train, test)
+        self._host = {}
+        # In identification order: a SuperNode restarted under a new node id (before the SuperLink
+        # noticed the old one is gone) hosts its clients from now on.
+        for slot in self.slots.values():
+            for client in range(slot.partition_id, self.num_clients, slot.num_partitions):
+                self._host[client] = slot.node_id
+
+    def missing_clients(self) -> list[int]:
+        return [c for c in range(self.num_clients) if c not in self._host]
+
+    def devices(self) -> dict[int, str]:
+        return {c: self.slots[n].device for c, n in self._host.items()}
+
+    # --- the Grid surface Flower strategies use ----------------------------------------------
+    def get_node_ids(self) -> list[int]:
+        """Client ids currently reachable, in order (so seeded sampling is reproducible)."""
+        return sorted(self._host)
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float) -> list[Message]:
+        """Deliver messages addressed to client ids; replies of absent clients are simply missing."""
+        routed = []
+        for message in messages:
+            client = message.metadata.dst_node_id
+            if client not in self._host:
+                log.warning("client %s is not reachable; skipped this round", client)
+                continue
+            out = Message(
+                with_client(message.content, client),
+                dst_node_id=self._host[client],
+                message_type=message.metadata.message_type,
+                group_id=message.metadata.group_id,
+            )
+            self.bytes_down[client] += array_bytes(message.content)
+            routed.append((client, out))
+        if not routed:
+            return []
+        self.phases += 1
+        replies = push_and_pull(self.grid, [m for _, m in routed], timeout)
+        requests = {}
+        for client, out in routed:
+            self._client_of_message[out.metadata.message_id] = client
+            requests[out.metadata.message_id] = out
+        checked = []
+        for reply in replies:
+            client = self.client_id(reply)
+            if not reply.has_error():
+                request = requests[reply.metadata.reply_to_message_id]
+                problem = self._problem(client, request, reply)
+                if problem:
+                    reply = Message(Error(INVALID_REPLY, f"invalid reply dropped ({problem})"),
+                                    reply_to=request)
+                else:
+                    self.bytes_up[client] += array_bytes(reply.content)
+            checked.append(reply)
+        return checked
+
+    def _problem(self, client: int, request: Message, reply: Message) -> str | None:
+        """The validator's verdict; a fused reply is checked half by half against its request."""
+        if not is_fused(request):
+            return self.validator.problem(client, request, reply)
+        for sent, got in zip(split_request(request), split_reply(request, reply)):
+            problem = self.validator.problem(client, sent, got)
+            if problem:
+                return problem
+        return None
+
+    def exchange_fused(self, train: list[Message], evaluation: list[Message], timeout: float,
+                       phase: str) -> tuple[list[tuple[int, Message]], list[tuple[int, Message]]]:
+        """`exchange` of train and evaluation messages in one phase: a client with both gets one
+        fused message (`strategies.shared.fusion`). Returns the good (client, reply) of each kind."""
+        evaluation_for = {m.metadata.dst_node_id: m for m in evaluation}
+        train_clients = {m.metadata.dst_node_id for m in train}
+        messages = [fuse(m, evaluation_for[m.metadata.dst_node_id])
+                    if m.metadata.dst_node_id in evaluation_for else m for m in train]
+        messages += [m for m in evaluation if m.metadata.dst_node_id not in train_clients]
+        trained: list[tuple[int, Message]] = []
+        evaluated: list[tuple[int, Message]] = []
+        sent = {m.metadata.dst_node_id: m for m in messages}
+        for client, reply in self.exchange(messages, timeout, phase):
+            request = sent[client]
+            if is_fused(request):
+                train_reply, evaluation_reply = split_reply(request, reply)
+                trained.append((client, train_reply))
+                evaluated.append((client, evaluation_reply))
+            elif client in train_clients:
+                trained.append((client, reply))
+            else:
+                evaluated.append((client, reply))
+        return trained, evaluated
+
+    def exchange(self, messages: list[Message], timeout: float,
+                 phase: str) -> list[tuple[int, Message]]:
+        """Send; log each failed, invalid or missing reply with its client id; return (client, reply)
+        of the good replies, sorted by client id (so results do not depend on arrival order)."""
+        if not messages:
+            return []
+        wanted = {m.metadata.dst_node_id for m in messages}
+        replies = self.send_and_receive(messages, timeout=timeout)
+        good: list[tuple[int, Message]] = []
+        for reply in replies:
+            client = self.client_id(reply)
+            if reply.has_error():
+                log.warning("%s: client %d failed and is skipped: %s", phase, client,
+                            reply.error.reason)
+            else:
+                good.append((client, reply))
+        for client in sorted(wanted - {self.client_id(r) for r in replies}):
+            log.warning("%s: no reply from client %d within %.0f s; skipped", phase, client, timeout)
+        return sorted(good, key=lambda pair: pair[0])
+
+    def client_id(self, reply: Message) -> int:
+        """The client a reply came from (also for errors the SuperLink raises on a node's behalf)."""
+        return self._client_of_message[reply.metadata.reply_to_message_id]
+
+    def round_bytes(self) -> tuple[int, int]:
+        """Bytes (down, up) of every client's array records since the last `take_traffic`."""
+        return sum(self.bytes_down.values()), sum(self.bytes_up.values())
+
+    def take_traffic(self) -> tuple[dict[int, int], dict[int, int]]:
+        """Bytes down/up per client since the last call; ends the round (replies of earlier rounds
+        are no longer mapped to clients, so the map does not grow with the run). `phases` is reset
+        by the caller that reads it."""
+        down, up = dict(self.bytes_down), dict(self.bytes_up)
+        self.bytes_down.clear()
+        self.bytes_up.clear()
+        self._client_of_message.clear()
+        return down, up
+
+
+class TrainClients:
+    """A `ClientGrid` that lists only the clients with training data among the reachable ones (whole
+    test clients held out have none); everything else is the grid's. The runner hands it to every
+    strategy's `configure_train`, so sampling for training never draws a test client."""
+
+    def __init__(self, grid: ClientGrid, train_clients: Iterable[int]) -> None:
+        self._grid, self._train = grid, frozenset(int(c) for c in train_clients)
+
+    def get_node_ids(self) -> list[int]:
+        return [node for node in self._grid.get_node_ids() if node in self._train]
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # not yet set (e.g. while a checkpoint is unpickled)
+            raise AttributeError(name)
+        return getattr(self._grid, name)

@@ -1,0 +1,23 @@
+"""`fedper`: shared feature extractor, personal head (`server.py`, on the partial-sharing base
+`strategies.shared.partial`); clients run the generic `train.local` step."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from strategies.shared.method import Method
+
+if TYPE_CHECKING:
+    from flwr.serverapp.strategy import Strategy
+
+    from strategies.shared.run_config import RunConfig
+
+
+def build(cfg: RunConfig) -> Strategy:
+    from strategies.methods.fedper.server import FedPer
+    return FedPer(cfg.num_clients, cfg.fraction_train, cfg.aggregation, cfg.trim_fraction)
+
+
+METHODS = (Method("fedper", build, robust=True,
+           summary="FedPer: shared feature extractor (`features.*`), personal head (`head.*`)",
+           client_step="client_app/methods/local.py"),)

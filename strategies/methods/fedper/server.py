@@ -1,0 +1,12 @@
+"""`fedper` (Arivazhagan et al., 2019): shared feature extractor, personal head, on the partial-sharing
+base (`strategies.shared.partial`)."""
+
+from __future__ import annotations
+
+from strategies.shared.partial import PartialSharing
+
+
+class FedPer(PartialSharing):
+    """FedPer: shared `features.*`, personal `head.*`."""
+
+    shared_part = "features"

@@ -1,0 +1,404 @@
+"""`fedska`: unsupervised client-graph structure learning with a split-learning GNN encoder
+(specs/fedska.md; "Unsupervised Graph Structure-Assisted Personalized Federated Learning", ECAI 2023).
+
+One Flower round (spec §3), all inside the strategy's train step:
+1. `train.fedska`: clients start from w̄, train on CE + λ_S·(1 − cos(f^e(x), h^g)) (Eq 9–10) and reply
+   their model and descriptor h̄^c (mean feature).
+2. The server FedAvg-aggregates w̄, updates H^c (stale rows kept) and learns S from H^c by E_S steps of
+   the denoising objective L_D through GNN_D (`models.gnn`, §2 Generator → Sparsify → Symmetrize →
+   Denoising).
+3. `query.ska_embed` (to the round's clients): per-slot features P_k [L, d] of the new w̄'s f^e.
+4. E_g times: H^g = GNN_E(S, P) (Eq 7) → `query.ska_grad` with H^g_k and w̄'s head → the clients'
+   G_k = ∂l_k/∂H^g_k (Eq 8) → one Adam step on θ_E with ∇θ_E = Σ_k backward(⟨H^g_k, G_k⟩). A client
+   that does not answer is left out of that step's gradient.
+5. H^g = GNN_E(S, P) (no grad) is stored per client and sent with its next `train.fedska`.
+Clients are evaluated with the model they trained (w̄ + E_c local epochs, §6.7); w̄ is reported as
+the global model. Under partial participation H^c and P keep the stale rows of absent clients.
+`fedska.start='graph'` [D]: a client that has trained before starts from its row of the learned graph
+applied to the clients' last trained models, u_k = Σ_j Ŝ_kj V_j (Ŝ = S row-normalised over the
+clients that have trained), instead of w̄ ([P]/[C], `start='global'`); a client that never trained
+starts from w̄. `fedska.similarity='standardized'` [D] standardises the descriptors' embeddings per
+dimension over the clients before the cosine (`models.gnn.StructureLearner`).
+`fedska.graph='label-sharing'` replaces the learned S by the normalised label-sharing graph (the
+given-graph ablation, Table 3); `fedska.tau` > 0 blends that graph into the learned one ([C] τ=0.9).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
+
+from models.gnn import (
+    GCNEncoder,
+    symmetric_normalize,
+)
+from strategies.methods.fedska.settings import (
+    DESCRIPTOR,
+    GRAD,
+    GRAD_G,
+    GRAPH_TARGET,
+    H_C,
+    H_G,
+    HEAD,
+    QUERY_SKA_EMBED,
+    QUERY_SKA_GRAD,
+    SLOT_ENCODING,
+    SLOT_FEATURES,
+    SLOT_P,
+    TRAIN_FEDSKA,
+    FedSKATrain,
+    SlotInstructions,
+    SlotReply,
+)
+from strategies.shared.graph import fresh_graph, structure_share
+from strategies.shared.messages import CONFIG, GLOBAL, METRICS, MODEL, PERSONAL
+from strategies.shared.personalized import PersonalizedStrategy, weighted_mean
+from strategies.shared.phases import CountsTraffic, Phase, PhasedStrategy, Steps
+from strategies.methods.fedska.structure_learning import (
+    StructureModel,
+    encoder_gradient_step,
+    random_knn_graph,
+)
+
+if TYPE_CHECKING:
+    from datasets.partition import Partition
+    from strategies.methods.fedska.settings import FedSKASection
+    from strategies.shared.run_config import RunConfig
+
+log = logging.getLogger("flwr.bouquet")
+
+GRAPH_HISTORY_MAX_CLIENTS = 256  # keep every round's S (learned-graphs.npy, per-round heatmaps)
+HEAD_PREFIX = "head."
+
+
+class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
+    """FedSKA's server half (spec §3). Client models are rows of V (their last trained model)."""
+
+    train_message_type = TRAIN_FEDSKA
+    _structure_seconds: float | None = None  # the last structure-learning fit (for the progress log)
+
+    def __init__(self, num_clients: int, fraction_train: float, settings: FedSKASection, *,
+                 seed: int, prior: np.ndarray | None = None,
+                 reference: np.ndarray | None = None,
+                 truth: tuple[np.ndarray, str] | None = None) -> None:
+        super().__init__(num_clients, fraction_train)
+        if (settings.graph == "label-sharing" or settings.tau > 0) and prior is None:
+            raise ValueError("fedska.graph='label-sharing' and fedska.tau > 0 need the prior graph")
+        self.settings, self.seed = settings, seed
+        self.prior_hat = (None if prior is None
+                          else symmetric_normalize(torch.as_tensor(prior, dtype=torch.float32)))
+        self.reference = reference  # label-sharing ground truth: display order only
+        # the true structure S is scored against (`strategies.shared.graph.true_structure`)
+        self.truth, self.truth_kind = truth if truth is not None else (None, "")
+        self.descriptors: torch.Tensor | None = None  # H^c [K, d]
+        self.described_round = torch.full((num_clients,), -1, dtype=torch.long)  # H^c_k's; −1: none
+        self.num_slots: int | None = None  # L
+        self.slots: torch.Tensor | None = None  # P [L, K, d]
+        self.embedded = torch.zeros(num_clients, dtype=torch.bool)
+        self.encodings: torch.Tensor | None = None  # H^g [L, K, d], sent next round
+        self.graph = torch.eye(num_clients)  # S
+        self.starts: torch.Tensor | None = None  # start='graph': u_k = Ŝ·V, sent next round
+        self.structure: StructureModel | None = None
+        self.encoder: GCNEncoder | None = None
+        self.encoder_optimizer: torch.optim.Optimizer | None = None
+        self.history: list[np.ndarray] = []
+        self.denoising_losses: list[list[float]] = []
+        self.split_losses: list[list[float]] = []
+        self.shares: list[float | None] = []
+        self.random_share: float | None = None
+        self.phase_bytes: list[dict[str, dict[str, float]]] = []
+        self._trained: list[int] = []
+        self._structure_losses: list[float] = []  # the clients' mean L_S this round
+        self._report: dict[str, Any] = {}
+        self._split_due: tuple[ArrayRecord, list[int]] | None = None  # for after_aggregate
+        self._mark: tuple[int, int] = (0, 0)
+        self._round_bytes: dict[str, dict[str, float]] = {}
+        self._online = num_clients  # reachable clients at the last after_aggregate
+
+    @property
+    def described(self) -> torch.Tensor:
+        """[K] bool: the clients whose descriptor H^c_k the server holds."""
+        return self.described_round >= 0
+
+    # --- messages -----------------------------------------------------------------------------
+    def train_content(self, client: int, arrays: ArrayRecord, config: ConfigRecord) -> RecordDict:
+        """`train.fedska`: `global` w̄, `graph_target` {h_g: [L, d]} once the client has H^g, λ_S, L."""
+        start = self.start_arrays(client)
+        records: dict[str, Any] = {GLOBAL: arrays if start is None else start}
+        slots = None
+        if self.encodings is not None and bool(self.embedded[client]):
+            slots = self.num_slots
+            records[GRAPH_TARGET] = ArrayRecord({H_G: _array(self.encodings[:, client, :])})
+        records[CONFIG] = FedSKATrain.extending(config, lambda_s=self.settings.lambda_s,
+                                                num_slots=slots).config()
+        return RecordDict(records)
+
+    def start_arrays(self, client: int) -> ArrayRecord | None:
+        """`start='graph'`: the client's row u_k of Ŝ·V once it has trained; None = start from w̄."""
+        if self.starts is None or int(self.last_trained[client]) < 0:
+            return None
+        return self.layout.arrays(self.starts[client])
+
+    def absorb(self, client: int, content: RecordDict) -> None:
+        """V_k ← the trained model; H^c_k ← its descriptor (a malformed one keeps the stale row);
+        the client's mean L_S (1 − cos to h^g) is reported per round."""
+        self.personal[client] = self.layout.row(content[MODEL])
+        self._trained.append(client)
+        structure_loss = content[METRICS].get("structure-loss")
+        if structure_loss is not None:
+            self._structure_losses.append(float(structure_loss))
+        h_c = torch.from_numpy(np.asarray(content[DESCRIPTOR][H_C].numpy(), dtype=np.float32))
+        if h_c.ndim != 1 or not bool(torch.isfinite(h_c).all()) or (
+                self.descriptors is not None and len(h_c) != self.descriptors.shape[1]):
+            log.warning("FedSKA: client %d sent a descriptor of shape %s (expected [d] finite); "
+                        "its row stays stale", client, tuple(h_c.shape))
+            return
+        if self.descriptors is None:
+            self.descriptors = torch.zeros(self.num_clients, len(h_c))
+        self.descriptors[client] = h_c
+        self.described_round[client] = self.last_trained[client]  # this round
+
+    def evaluate_content(self, client: int, arrays: ArrayRecord, config: ConfigRecord) -> RecordDict:
+        """The client's trained model (`personal`) and w̄ (`global`, reported as the global model)."""
+        return RecordDict({GLOBAL: arrays, PERSONAL: self.personal_arrays(client), CONFIG: config})
+
+    # --- server step ----------------------------------------------------------------------------
+    def after_train(self, server_round: int) -> ArrayRecord | None:
+        """Steps 2–3 of the round: FedAvg and structure learning; the split learning of GNN_E
+        (steps 3–5) follows as the `after_aggregate` step, whose queries the runner sends."""
+        if not self._trained:
+            return None
+        trained = sorted(self._trained)
+        self._trained = []
+        started = time.perf_counter()
+        self._mark, self._round_bytes = (0, 0), {}  # the runner's counts restart every round
+        self._close_phase("train", len(trained))
+        index = torch.tensor(trained)
+        arrays = self.layout.arrays(weighted_mean(self.personal[index], self.num_examples[index]))
+        report: dict[str, Any] = {}
+        if self._structure_losses:
+            report["fedska-structure-loss"] = float(np.mean(self._structure_losses))
+            self._structure_losses = []
+        if self.descriptors is not None:
+            report.update(self._learn_structure(server_round))
+        if self.settings.start == "graph":
+            self.starts = self.graph_starts()
+        report["fedska-server-seconds"] = time.perf_counter() - started
+        self._report = report
+        self._split_due = (arrays, trained)
+        return arrays
+
+    def after_aggregate(self, server_round: int, online: list[int]) -> Steps[None]:
+        """Split learning of GNN_E on this round's global model and trained clients (§3 3–5)."""
+        self._online = len(online)  # the evaluate phase's clients, for its bytes per client
+        if self._split_due is None:
+            return
+        arrays, trained = self._split_due
+        self._split_due = None
+        started = time.perf_counter()
+        self._report.update((yield from self._split_learning(arrays, trained)))
+        self._report["fedska-server-seconds"] += time.perf_counter() - started
+
+    def _learn_structure(self, server_round: int) -> dict[str, Any]:
+        """S from the descriptors of every client seen so far (§2), or with `descriptor-max-age`
+        those sent in the last that many rounds; the other clients: self-loops."""
+        s = self.settings
+        oldest = server_round - s.descriptor_max_age if s.descriptor_max_age > 0 else -1
+        nodes = torch.nonzero(self.described_round > oldest).squeeze(1)
+        report: dict[str, Any] = {}
+        if s.graph == "label-sharing":
+            graph = self.prior_hat.clone()
+            losses: list[float] = []
+        else:
+            graph = torch.eye(self.num_clients)
+            losses = []
+            if len(nodes) >= 2:
+                if self.structure is None:
+                    self.structure = StructureModel(self.descriptors.shape[1], s, self.seed)
+                log.info("FedSKA: learning the client graph (%d denoising steps over %d clients; %s)",
+                         s.structure_steps, len(nodes), "no estimate yet" if self._structure_seconds
+                         is None else f"about {self._structure_seconds:.1f} s as last round")
+                started = time.perf_counter()
+                learned, losses = self.structure.fit(self.descriptors[nodes])
+                self._structure_seconds = time.perf_counter() - started
+                graph[nodes.unsqueeze(1), nodes.unsqueeze(0)] = learned
+            if s.tau > 0:
+                graph = s.tau * self.prior_hat + (1.0 - s.tau) * graph
+        self.graph = graph
+        self.denoising_losses.append(losses)
+        if losses:
+            report["fedska-denoising-loss"] = losses
+        if self.num_clients <= GRAPH_HISTORY_MAX_CLIENTS:
+            self.history.append(graph.numpy().copy())
+        if self.truth is not None:
+            share = structure_share(graph.numpy(), self.truth)
+            self.shares.append(share)
+            report[f"fedska-share-{self.truth_kind}"] = share
+            report["fedska-random-knn-share"] = self._random_share(self.truth)
+        return report
+
+    def graph_starts(self) -> torch.Tensor:
+        """U = Ŝ·V with Ŝ = S with the columns of never-trained clients set to 0, rows renormalised
+        (`strategies.shared.graph.fresh_graph`): every trained client's start mixes only trained models."""
+        trained = (self.last_trained >= 0).to(torch.float64)
+        mix = fresh_graph(self.graph, trained).to(self.personal.dtype)
+        return mix @ self.personal
+
+    def _split_learning(self, arrays: ArrayRecord, trained: list[int]) -> Steps[dict[str, Any]]:
+        """`query.ska_embed`, E_g rounds of `query.ska_grad` + Adam on GNN_E, then H^g (§3 3–5)."""
+        s = self.settings
+        if self.num_slots is None:  # L = max_k N_k over the clients seen so far (§3 [D])
+            self.num_slots = int(min(float(self.num_examples.max()), s.max_slots))
+        slot_config = SlotInstructions(num_slots=self.num_slots, seed=self.seed).config()
+        messages = [Message(RecordDict({GLOBAL: arrays, CONFIG: slot_config}), dst_node_id=c,
+                            message_type=QUERY_SKA_EMBED) for c in trained]
+        answered = []
+        for client, reply in (yield Phase(QUERY_SKA_EMBED, messages)):
+            p = torch.from_numpy(np.asarray(reply.content[SLOT_FEATURES][SLOT_P].numpy(),
+                                            dtype=np.float32))
+            dim = (self.slots.shape[2] if self.slots is not None
+                   else self.descriptors.shape[1] if self.descriptors is not None else p.shape[-1])
+            if p.shape != (self.num_slots, dim) or not bool(torch.isfinite(p).all()):
+                log.warning("FedSKA: client %d sent slot features of shape %s (expected [%d, %d] "
+                            "finite); its slots stay stale", client, tuple(p.shape),
+                            self.num_slots, dim)
+                continue
+            if self.slots is None:
+                self.slots = torch.zeros(self.num_slots, self.num_clients, dim)
+            self.slots[:, client, :] = p
+            self.embedded[client] = True
+            answered.append(client)
+        self._close_phase("embed", len(trained))
+        report: dict[str, Any] = {"fedska-embedded-clients": len(answered)}
+        if self.slots is None:
+            return report
+        if self.encoder is None:
+            with torch.random.fork_rng():
+                torch.manual_seed(self.seed + 1)
+                self.encoder = GCNEncoder(self.slots.shape[2], s.encoder)
+            self.encoder_optimizer = torch.optim.Adam(self.encoder.parameters(), lr=s.encoder_lr,
+                                                      weight_decay=s.encoder_weight_decay)
+        head = ArrayRecord({key[len(HEAD_PREFIX):]: arrays[key] for key in arrays.keys()
+                            if key.startswith(HEAD_PREFIX)})
+        steps = s.encoder_steps if s.encoder == "gcn" else 0  # identity: nothing to train
+        losses = []
+        for _ in range(steps):
+            if not answered:
+                break
+            with torch.no_grad():
+                encodings = self.encoder(self.graph, self.slots)
+            messages = [Message(RecordDict({
+                SLOT_ENCODING: ArrayRecord({H_G: _array(encodings[:, c, :])}), HEAD: head,
+                CONFIG: slot_config}), dst_node_id=c, message_type=QUERY_SKA_GRAD) for c in answered]
+            grads: dict[int, torch.Tensor] = {}
+            client_losses = []
+            for client, reply in (yield Phase(QUERY_SKA_GRAD, messages)):
+                g = torch.from_numpy(np.asarray(reply.content[GRAD][GRAD_G].numpy(),
+                                                dtype=np.float32))
+                if g.shape != encodings[:, client, :].shape or not bool(torch.isfinite(g).all()):
+                    log.warning("FedSKA: client %d sent a gradient of shape %s; skipped", client,
+                                tuple(g.shape))
+                    continue
+                grads[client] = g
+                client_losses.append(SlotReply.read(reply.content[METRICS]).loss)
+            if grads:
+                encoder_gradient_step(self.encoder, self.graph, self.slots, grads)
+                self.encoder_optimizer.step()
+                losses.append(float(np.mean(client_losses)))
+        self._close_phase("grad", len(answered))
+        with torch.no_grad():
+            self.encodings = self.encoder(self.graph, self.slots)
+        self.split_losses.append(losses)
+        if losses:
+            report["fedska-split-loss"] = losses
+        return report
+
+    # --- traffic by phase -----------------------------------------------------------------------
+    def _close_phase(self, phase: str, clients: int) -> None:
+        """Record the bytes (down, up) per addressed client exchanged since the last phase ended:
+        `round_traffic` (set by the runner, `CountsTraffic`) counts every ArrayRecord sent and
+        received this round."""
+        down, up = self.round_traffic
+        last_down, last_up = self._mark
+        self._mark = (down, up)
+        self._round_bytes[phase] = {"down": (down - last_down) / max(clients, 1),
+                                    "up": (up - last_up) / max(clients, 1)}
+
+    # --- reporting ----------------------------------------------------------------------------
+    def _random_share(self, reference: np.ndarray) -> float | None:
+        """The share inside the true structure of a random graph with k neighbours per row (the
+        baseline)."""
+        if self.random_share is None:
+            k = max(1, min(self.settings.k, self.num_clients - 1))
+            self.random_share = structure_share(random_knn_graph(self.num_clients, k, self.seed),
+                                                reference)
+        return self.random_share
+
+    def round_report(self, server_round: int) -> dict[str, Any]:
+        """Merged into rounds.jsonl: L_D per step, split-learning loss per E_g step, S's share on
+        label-sharing pairs (and a random kNN graph's), bytes per client by phase."""
+        report, self._report = self._report, {}
+        if self._round_bytes:
+            self._close_phase("evaluate", self._online)
+            self.phase_bytes.append(self._round_bytes)
+            report["fedska-bytes-per-client"] = self._round_bytes
+            self._round_bytes = {}
+        return report
+
+    def report(self, directory: Path, truth: Partition | None) -> dict[str, Any]:
+        """graph.npy/.png = S of the last round; graphs/round-NNN.png = S of every round and
+        learned-graphs.npy (K ≤ 256); summary: losses, shares, bytes by phase."""
+        from strategies.shared.graph import graph_display_order
+        from strategies.shared.reporter import save_matrix
+
+        reference = self.reference
+        if reference is None and truth is not None:
+            reference = truth.label_graph
+        order = graph_display_order(reference)
+        kind = "given label-sharing graph" if self.settings.graph == "label-sharing" else "learned S"
+        save_matrix(directory, "graph", self.graph.numpy(), order=order,
+                    title=f"FedSKA: {kind}, last round")
+        if self.history:
+            np.save(directory / "learned-graphs.npy", np.stack(self.history))
+            (directory / "graphs").mkdir(exist_ok=True)
+            for number, graph in enumerate(self.history, start=1):
+                save_matrix(directory / "graphs", f"round-{number:03d}", graph, order=order,
+                            title=f"FedSKA: {kind}, round {number}")
+        out: dict[str, Any] = {
+            "graph": self.settings.graph, "k": self.settings.k, "num-slots": self.num_slots,
+            "edges-per-client": float((self.graph > 0).sum(dim=1).float().mean()),
+            "denoising-loss": self.denoising_losses, "split-loss": self.split_losses,
+            "bytes-per-client-by-phase": self.phase_bytes,
+        }
+        if self.truth is not None:
+            out[f"share-{self.truth_kind}"] = self.shares
+            out[f"share-{self.truth_kind}-final"] = structure_share(self.graph.numpy(), self.truth)
+            out["random-knn-share"] = self._random_share(self.truth)
+        return {"fedska": out}
+
+
+def _array(tensor: torch.Tensor) -> Array:
+    return Array(np.ascontiguousarray(tensor.detach().cpu().numpy().astype(np.float32)))
+
+
+def build_fedska(cfg: RunConfig) -> FedSKA:
+    """FedSKA from the run config; the prior graph (given-graph mode, τ > 0) is loaded and checked
+    before any client is contacted."""
+    from strategies.shared.priors import given_graph, ground_truth, structure_truth
+
+    s = cfg.fedska
+    prior = None
+    if s.graph == "label-sharing" or s.tau > 0:
+        key = "fedska.graph" if s.graph == "label-sharing" else "fedska.tau"
+        prior = given_graph(cfg, "label-sharing", "", key)
+    truth = ground_truth(cfg)
+    reference = truth.label_graph if truth is not None else None
+    return FedSKA(cfg.num_clients, cfg.fraction_train, s, seed=cfg.seed,
+                  prior=prior, reference=reference,
+                  truth=structure_truth(cfg))

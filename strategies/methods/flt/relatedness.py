@@ -1,0 +1,286 @@
+"""FLT's client relatedness (specs/flt.md §2): distances between clients' embedded centroid sets
+(`set_distances`: optimal matching [C] or minimum pair [P]), the 2-D UMAP embedding of every client's
+k-means centroids (`umap_embed`, `umap_place`), the threshold Ã_ij = 1[A_ij < γ] with self-loops
+(`threshold_adjacency`), optional Ward clusters (`ward_clusters`) and the adjusted Rand index against a
+known clustering. Vectorised over clients: no Python loop over client pairs."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from strategies.methods.flt.set_distance import set_distances
+
+
+# --- adjacency and clusters -----------------------------------------------------------------------
+def threshold_adjacency(distance: np.ndarray, gamma: float) -> np.ndarray:
+    """FLT threshold (spec §2, [C] reading of §6.5): Ã_ij = 1 if A_ij < γ else 0, Ã_ii = 1.
+    Unknown distances (NaN) give no edge."""
+    distance = np.asarray(distance, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        adjacency = (distance < gamma).astype(np.float32)
+    np.fill_diagonal(adjacency, 1.0)
+    return adjacency
+
+
+def ward_clusters(adjacency: np.ndarray, num_clusters: int) -> np.ndarray:
+    """FLT disjoint clusters [C `partition_clusters`]: Ward linkage of the rows of Ã (euclidean),
+    cut into at most `num_clusters` clusters (`fcluster(..., criterion='maxclust')`); labels 0..C'-1.
+
+    The euclidean distances between rows come from one Gram product (exact for binary rows): the
+    same numbers `linkage(rows, 'ward')` gets from `pdist`, as one BLAS call instead of M²/2 row
+    differences (M = 2400: under a second instead of several).
+    """
+    from scipy.cluster.hierarchy import fcluster, linkage
+    from scipy.spatial.distance import squareform
+
+    rows = np.asarray(adjacency, dtype=np.float64)
+    if num_clusters < 1:
+        raise ValueError(f"num_clusters must be >= 1, got {num_clusters}")
+    if len(rows) == 1:
+        return np.zeros(1, dtype=np.int64)
+    norms = (rows * rows).sum(axis=1)
+    squared = norms[:, None] + norms[None, :] - 2.0 * (rows @ rows.T)
+    np.maximum(squared, 0.0, out=squared)
+    distances = np.sqrt(squared)
+    distances = (distances + distances.T) / 2.0
+    np.fill_diagonal(distances, 0.0)
+    tree = linkage(squareform(distances, checks=False), method="ward")
+    labels = fcluster(tree, t=num_clusters, criterion="maxclust")
+    return _relabel(labels)
+
+
+def connected_components(adjacency: np.ndarray) -> np.ndarray:
+    """Connected components of the undirected graph Ã (labels 0..c-1, in order of first client)."""
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import connected_components as components
+
+    _, labels = components(csr_matrix(np.asarray(adjacency) > 0), directed=False)
+    return _relabel(labels)
+
+
+def _relabel(labels: np.ndarray) -> np.ndarray:
+    """Labels renumbered 0, 1, ... in order of first appearance (stable across equivalent cuts)."""
+    _, first, inverse = np.unique(labels, return_index=True, return_inverse=True)
+    rank = np.argsort(np.argsort(first))
+    return rank[inverse].astype(np.int64)
+
+
+def cluster_adjacency(labels: np.ndarray) -> np.ndarray:
+    """Ã_ij = 1[c_i = c_j] (spec §2, disjoint clusters: one model per cluster)."""
+    labels = np.asarray(labels)
+    return (labels[:, None] == labels[None, :]).astype(np.float32)
+
+
+# --- UMAP -----------------------------------------------------------------------------------------
+def umap_embed(points: np.ndarray, *, seed: int = 42, max_neighbors: int = 15,
+               exact_knn_from: int = 4096) -> tuple[np.ndarray, Any]:
+    """2-D UMAP of all clients' centroids (spec §2 manifold; §4: n_components=2, random_state=42,
+    n_neighbors = min(15, Σk − 1), other settings default). Returns (embedding [N, 2], fitted reducer).
+
+    From `exact_knn_from` points on, UMAP would switch to pynndescent's approximate neighbours
+    (≈40 s of numba compilation per process); we give it the exact neighbours instead (scikit-learn,
+    brute force) — the same graph UMAP builds itself below that size — and keep `transform` on UMAP's
+    exact path for clients placed later.
+    """
+    import umap  # lazy: importing umap compiles numba code
+
+    points = np.ascontiguousarray(points, dtype=np.float32)
+    count = len(points)
+    if count < 3:
+        raise ValueError(
+            f"FCR needs at least 3 centroids in total to fit UMAP, got {count}; raise flt.k or "
+            "the number of clients"
+        )
+    neighbors = max(2, min(max_neighbors, count - 1))
+    options: dict[str, Any] = dict(n_components=2, random_state=seed, n_neighbors=neighbors)
+    if count < 4:
+        options["init"] = "random"  # the spectral init needs more points than components + 1
+    exact = count >= exact_knn_from
+    if exact:
+        from sklearn.neighbors import NearestNeighbors
+
+        knn = NearestNeighbors(n_neighbors=neighbors, algorithm="brute").fit(points)
+        distances, indices = knn.kneighbors(points)  # each point's first neighbour is itself
+        options["precomputed_knn"] = (indices.astype(np.int32), distances.astype(np.float32))
+    with warnings.catch_warnings(), _torch_threads_kept():
+        warnings.filterwarnings("ignore", message=".*n_jobs value.*")
+        warnings.filterwarnings("ignore", message=".*knn_search_index.*")
+        warnings.filterwarnings("ignore", message=".*is not an NNDescent object.*")
+        reducer = umap.UMAP(**options).fit(points)
+    if exact:
+        # transform() then takes UMAP's own exact (small-data) path: distances to all fitted points
+        reducer._small_data = True
+        if getattr(reducer, "_knn_search_index", None) is None and hasattr(reducer, "_knn_search_index"):
+            del reducer._knn_search_index
+    return np.asarray(reducer.embedding_, dtype=np.float64), reducer
+
+
+def umap_place(reducer: Any, points: np.ndarray) -> np.ndarray:
+    """Embed new centroids with the fitted reducer's `transform` (spec §6.3 [D], late clients)."""
+    with warnings.catch_warnings(), _torch_threads_kept():
+        warnings.filterwarnings("ignore", message=".*n_jobs value.*")
+        return np.asarray(reducer.transform(np.asarray(points, dtype=np.float32)), dtype=np.float64)
+
+
+@contextlib.contextmanager
+def _torch_threads_kept() -> Iterator[None]:
+    """Numba's OpenMP layer (started by UMAP) resets the process's OpenMP thread count, which torch
+    then reports and uses: measured here, a pinned single-threaded process went to 2 threads and
+    small training steps ran up to 100× slower on a busy 2-core machine. Restore torch's setting."""
+    threads = torch.get_num_threads()
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+# --- graph quality against a ground-truth partition ----------------------------------------------
+def adjusted_rand(labels: np.ndarray, truth: np.ndarray) -> float:
+    """Adjusted Rand index between discovered and true cluster labels (1 = identical partitions)."""
+    from sklearn.metrics import adjusted_rand_score
+
+    return float(adjusted_rand_score(np.asarray(truth), np.asarray(labels)))
+
+
+UMAP_SEED = 42  # [C] UMAP(n_components=2, random_state=42)
+
+
+# --- Form Client Relatedness (server side) --------------------------------------------------------
+@dataclass
+class Relatedness:
+    """The server state of FCR (spec §3 Phase 2): per-client centroids and their UMAP coordinates,
+    the fitted reducer, A [M, M] (NaN where a client has no row yet, 0 on the diagonal), the binary
+    Ã [M, M] and, with `num_clusters` > 0, Ward cluster labels (−1 for clients without a row)."""
+
+    num_clients: int
+    gamma: float
+    distance_mode: str
+    num_clusters: int
+    centroids: dict[int, np.ndarray]
+    points: dict[int, np.ndarray]
+    reducer: Any
+    distance: np.ndarray
+    adjacency: np.ndarray
+    clusters: np.ndarray | None
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def placed(self) -> list[int]:
+        """Clients that have a row (answered FCR or were placed later), in client order."""
+        return sorted(self.centroids)
+
+    def aggregation_graph(self) -> np.ndarray:
+        """The graph the models are averaged over: Ã, or with clusters Ã_ij = 1[c_i = c_j] (spec §2);
+        a client without a row keeps a self-only row either way."""
+        if self.clusters is None:
+            return self.adjacency
+        graph = cluster_adjacency(self.clusters)
+        unplaced = self.clusters < 0
+        graph[unplaced, :] = 0.0
+        graph[:, unplaced] = 0.0
+        graph[np.diag_indices(self.num_clients)] = 1.0
+        return graph
+
+    def stacked(self, clients: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """UMAP points of `clients`' centroids, stacked client after client, and the set sizes."""
+        if not clients:
+            return np.empty((0, 2)), np.empty(0, dtype=np.int64)
+        return (np.concatenate([self.points[c] for c in clients]),
+                np.array([len(self.points[c]) for c in clients], dtype=np.int64))
+
+
+def relative_threshold(distance: np.ndarray, fraction: float) -> float:
+    """γ = `fraction` × the median distance between two different clients (NaN entries ignored):
+    a threshold in the embedding's own scale. Most client pairs are unrelated wherever there is
+    structure to find, so the median is the typical unrelated distance; UMAP's absolute scale varies
+    several-fold between data sets (median 2.4 on MNIST shards, 9.8 on rotated domains)."""
+    distance = np.asarray(distance, dtype=np.float64)
+    pairs = distance[~np.eye(len(distance), dtype=bool)]
+    pairs = pairs[np.isfinite(pairs)]
+    if pairs.size == 0:
+        return 0.0
+    return float(fraction * np.median(pairs))
+
+
+def form_client_relatedness(
+    centroids: dict[int, np.ndarray], num_clients: int, *, gamma: float, distance: str = "matching",
+    clusters: int = 0, umap_neighbors: int = 15, relative_gamma: float | None = None,
+) -> Relatedness:
+    """Server side of FCR (spec §2–3): UMAP over all centroids → A (matching or min-pair distance
+    between clients' embedded centroid sets) → Ã = 1[A < γ] with self-loops → optional Ward clusters.
+    `centroids` maps client id → its uploaded [k_m, e] centroids; others get self-only rows. With
+    `relative_gamma`, γ = relative_gamma × the median of A (`relative_threshold`) instead of `gamma`;
+    the γ used is kept in `Relatedness.gamma` (late clients are placed against it)."""
+    clients = sorted(centroids)
+    sizes = np.array([len(centroids[c]) for c in clients], dtype=np.int64)
+    seconds: dict[str, float] = {}
+
+    started = time.perf_counter()
+    embedding, reducer = umap_embed(np.concatenate([centroids[c] for c in clients]),
+                                    seed=UMAP_SEED, max_neighbors=umap_neighbors)
+    seconds["umap"] = time.perf_counter() - started
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    points = {c: embedding[offsets[i]:offsets[i + 1]] for i, c in enumerate(clients)}
+
+    started = time.perf_counter()
+    distances = np.full((num_clients, num_clients), np.nan)
+    distances[np.ix_(clients, clients)] = set_distances(embedding, sizes, embedding, sizes, distance)
+    np.fill_diagonal(distances, 0.0)
+    seconds["distance"] = time.perf_counter() - started
+
+    started = time.perf_counter()
+    if relative_gamma is not None:
+        gamma = relative_threshold(distances, relative_gamma)
+    adjacency = threshold_adjacency(distances, gamma)
+    seconds["threshold"] = time.perf_counter() - started
+
+    labels = None
+    if clusters > 0:
+        started = time.perf_counter()
+        labels = np.full(num_clients, -1, dtype=np.int64)
+        labels[clients] = ward_clusters(adjacency[np.ix_(clients, clients)], clusters)
+        seconds["clustering"] = time.perf_counter() - started
+    seconds["server-total"] = sum(seconds.values())
+    return Relatedness(num_clients, gamma, distance, clusters, dict(centroids), points, reducer,
+                       distances, adjacency, labels, seconds)
+
+
+def place_client(relatedness: Relatedness, client: int, centroids: np.ndarray) -> None:
+    """Give a client that answered after FCR its row and column (spec §3, §6.3 [D]): embed its
+    centroids with the fitted UMAP's `transform`, measure its distance to every placed client, and
+    threshold. With clusters it joins the cluster holding most of its Ã-neighbours (none: the cluster
+    of its nearest client)."""
+    rel = relatedness
+    others = [c for c in rel.placed if c != client]
+    own = umap_place(rel.reducer, centroids)
+    rel.centroids[client] = np.asarray(centroids)
+    rel.points[client] = own
+    if not others:
+        return
+    points, sizes = rel.stacked(others)
+    row = set_distances(own, [len(own)], points, sizes, rel.distance_mode)[0]
+    rel.distance[client, others] = row
+    rel.distance[others, client] = row
+    rel.distance[client, client] = 0.0
+    edges = (row < rel.gamma).astype(np.float32)
+    rel.adjacency[client, others] = edges
+    rel.adjacency[others, client] = edges
+    rel.adjacency[client, client] = 1.0
+    if rel.clusters is not None:
+        member = rel.clusters[others]
+        known = member >= 0
+        if known.any():
+            votes = np.bincount(member[known], weights=edges[known])
+            nearest = member[known][np.argmin(row[known])]
+            rel.clusters[client] = int(np.argmax(votes)) if votes.max() > 0 else int(nearest)
+
+
+# --- the strategy ---------------------------------------------------------------------------------

@@ -1,0 +1,403 @@
+"""`flt`: Federated Learning with Taskonomy (specs/flt.md).
+
+A one-off Form Client Relatedness (FCR) before round 1's training, then FedAvg generalised over the
+discovered client graph:
+
+- Phase 0 (optional, server only): pretrain the convolutional autoencoder on a server-held split that
+  no client holds (`flt.pretrain-samples` > 0).
+- Phase 1 (`train.flt_ae`, `flt.ae-rounds` rounds, all clients): F epochs of reconstruction training
+  with Adam on each client, n-weighted FedAvg of the autoencoders (spec §6.1 [D]).
+- Phase 2 (`query.flt_embed`, all clients): each client replies only the k k-means centroids of its
+  codes; the server fits a 2-D UMAP on all centroids, measures the distance A between every two
+  clients' centroid sets, thresholds it into Ã (A_ij < γ, self-loops) and optionally cuts Ã into C
+  Ward clusters. Clients that do not answer keep a self-only row; a client seen later is queried then
+  and placed with the fitted UMAP's `transform` (`place_client`).
+- Rounds: sampled clients train their own model (`train.local`, plain SGD); then every client's model
+  becomes the n-weighted mean of its Ã-neighbours' latest models, stale ones included (spec §2 [C],
+  Jacobi from a snapshot; `strategies.methods.flt.neighbourhood.NeighbourhoodModels`); `flt.fresh-only=true` averages
+  only the neighbours trained this round (a client with none keeps its model). With clusters, one model per
+  cluster. Every client is evaluated with its own model on its own test split.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
+
+from models.autoencoder import (
+    build_autoencoder,
+    check_autoencoder_input,
+    reconstruction_epochs,
+)
+from strategies.methods.flt.settings import (
+    AUTOENCODER,
+    CENTROIDS,
+    CENTROIDS_MU,
+    ENCODER,
+    QUERY_FLT_EMBED,
+    TRAIN_FLT_AE,
+    AutoencoderInstructions,
+    AutoencoderReply,
+    EmbedInstructions,
+    EmbedReply,
+)
+from strategies.shared.graph import share_inside_groups
+from strategies.shared.messages import CONFIG, METRICS, PERSONAL, TRAIN_LOCAL
+from strategies.methods.flt.neighbourhood import NeighbourhoodModels
+from strategies.shared.params import ParameterLayout
+from strategies.shared.personalized import PersonalizedStrategy, weighted_mean
+from strategies.shared.phases import Phase, PhasedStrategy, Steps
+from strategies.methods.flt.relatedness import (
+    Relatedness,
+    adjusted_rand,
+    connected_components,
+    form_client_relatedness,
+    place_client,
+    ward_clusters,
+)
+
+if TYPE_CHECKING:
+    from datasets.federated import DataSpec
+    from datasets.partition import Partition
+    from strategies.methods.flt.settings import FLTSection
+    from strategies.shared.run_config import RunConfig
+
+log = logging.getLogger("flwr.bouquet")
+
+KMEANS_SEED = 43  # [C] sklearn KMeans(random_state=43)
+_PRETRAIN_STREAM = 13  # mixed into the seed of the server pretraining's batch order
+
+
+class FLT(PersonalizedStrategy, PhasedStrategy):
+    """FLT over the reachable clients: FCR inside round 1's `configure_train`, then graph-weighted averaging
+    of per-client models after every round."""
+
+    train_message_type = TRAIN_LOCAL
+
+    def __init__(self, num_clients: int, fraction_train: float, settings: FLTSection, *,
+                 input_shape: tuple[int, int, int], seed: int = 0,
+                 pretrain_images: torch.Tensor | None = None) -> None:
+        super().__init__(num_clients, fraction_train)
+        check_autoencoder_input(input_shape)
+        self.settings = settings
+        self.input_shape = input_shape
+        self.seed = seed
+        self.pretrain_images = pretrain_images
+        self.models: NeighbourhoodModels | None = None
+        self.relatedness: Relatedness | None = None
+        self.encoder: ArrayRecord | None = None
+        self.fcr_seconds: dict[str, float] = {}
+        self.autoencoder_losses: list[float] = []
+        self._trained: list[int] = []
+        self._report: dict[str, Any] = {}
+
+    # --- per-client models ----------------------------------------------------------------------
+    def bind(self, arrays: ArrayRecord) -> None:
+        super().bind(arrays)
+        if self.models is None:
+            self.models = NeighbourhoodModels(self.layout.row(arrays), self.num_clients)
+
+    def personal_arrays(self, client: int) -> ArrayRecord:
+        return self.layout.arrays(self.models.model(client))
+
+    def train_content(self, client: int, arrays: ArrayRecord, config: ConfigRecord) -> RecordDict:
+        return RecordDict({PERSONAL: self.personal_arrays(client), CONFIG: config})
+
+    def absorb(self, client: int, content: RecordDict) -> None:
+        super().absorb(client, content)  # row `client` of the trained-models buffer
+        self._trained.append(client)
+
+    def after_train(self, server_round: int) -> ArrayRecord | None:
+        """w_m ← Σ_j Ã_mj n_j w_j / Σ_j Ã_mj n_j for every m (spec §2 [C], Jacobi, stale included);
+        `flt.fresh-only`: over the neighbours trained this round only."""
+        if self.settings.fresh_only:
+            self.models.aggregate_fresh(self.personal, sorted(self._trained), self.num_examples)
+        else:
+            self.models.aggregate(self.personal, sorted(self._trained), self.num_examples)
+        self._trained = []
+        return None
+
+    def sample_size(self, online: int) -> int:
+        """⌈ρM⌉ clients per round (spec §3 Phase 3), at least one."""
+        return max(math.ceil(online * self.fraction_train - 1e-9), 1)
+
+    def before_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                     online: list[int]) -> Steps[None]:
+        """Phases 0–2 before the first round (and until some client answered), then the placement
+        of clients that were unreachable so far."""
+        self.bind(arrays)
+        if self.relatedness is None:
+            yield from self.form_relatedness(online)
+        else:
+            yield from self.place_new_clients(online)
+
+    def summary(self) -> None:
+        s = self.settings
+        threshold = (f"γ={s.relative_gamma:g}×median distance" if s.threshold == "relative"
+                     else f"γ={s.gamma:g}")
+        log.info("FLT: %d clients, fraction-train %.2f, k=%d (%s), %s distance, %s, clusters=%d",
+                 self.num_clients, self.fraction_train, s.k, s.k_mode, s.distance, threshold,
+                 s.clusters)
+
+    # --- phases 0–2 -----------------------------------------------------------------------------
+    def form_relatedness(self, online: list[int]) -> Steps[None]:
+        """Phases 0–2 (once): autoencoder, then FCR over every reachable client."""
+        started = time.perf_counter()
+        if self.encoder is None:
+            self.encoder = yield from self._train_autoencoder(online)
+        phase = time.perf_counter()
+        centroids = yield from self._query_centroids(online)
+        self.fcr_seconds["embed-round-trip"] = time.perf_counter() - phase
+        if not centroids:
+            log.warning("FLT: no client answered %s; FCR is retried next round (clients train "
+                        "alone until then)", QUERY_FLT_EMBED)
+            return
+        s = self.settings
+        first = "umap" not in sys.modules  # the first fit in a process compiles numba code
+        log.info("FLT: fitting UMAP on the centroids of %d clients (expect %s)", len(centroids),
+                 "10-30 s: numba compiles UMAP first" if first else "about 1 s")
+        self.relatedness = form_client_relatedness(
+            centroids, self.num_clients, gamma=s.gamma, distance=s.distance, clusters=s.clusters,
+            umap_neighbors=s.umap_neighbors,
+            relative_gamma=s.relative_gamma if s.threshold == "relative" else None,
+        )
+        self.models.set_graph(self.relatedness.aggregation_graph())
+        self.fcr_seconds.update(self.relatedness.seconds)
+        self.fcr_seconds["total"] = time.perf_counter() - started  # pretraining included
+        edges = _edges(self.relatedness.adjacency)
+        log.info("FLT: FCR placed %d of %d clients, %d edges, %.1f s", len(centroids),
+                 self.num_clients, edges, self.fcr_seconds["total"])
+        self._report = {"flt": {
+            "fcr-seconds": dict(self.fcr_seconds), "clients-placed": len(centroids), "edges": edges,
+            "autoencoder-loss": list(self.autoencoder_losses),
+        }}
+
+    def place_new_clients(self, online: list[int]) -> Steps[None]:
+        """Query and place reachable clients that have no row yet (late joiners, earlier failures)."""
+        waiting = [c for c in online if c not in self.relatedness.centroids]
+        if not waiting:
+            return
+        centroids = yield from self._query_centroids(waiting)
+        for client, mu in centroids.items():
+            place_client(self.relatedness, client, mu)
+        if centroids:
+            self.models.set_graph(self.relatedness.aggregation_graph())
+            log.info("FLT: placed late clients %s", sorted(centroids))
+            self._report = {"flt": {"placed-late": sorted(centroids)}}
+
+    def _train_autoencoder(self, online: list[int]) -> Steps[ArrayRecord]:
+        """Phase 0 (optional server pretraining) and phase 1 (federated rounds); returns the encoder."""
+        s = self.settings
+        with torch.random.fork_rng():  # leave the global RNG (e.g. dropout of local training) as is
+            torch.manual_seed(self.seed)
+            model = build_autoencoder(self.input_shape, s.latent_dim)
+        if self.pretrain_images is not None:
+            started = time.perf_counter()
+            loss = reconstruction_epochs(
+                model, self.pretrain_images, epochs=s.pretrain_epochs, batch_size=s.ae_batch_size,
+                lr=s.ae_lr,
+                generator=torch.Generator().manual_seed(self.seed * 1_000_003 + _PRETRAIN_STREAM),
+            )
+            self.fcr_seconds["pretrain"] = time.perf_counter() - started
+            log.info("FLT: pretrained the autoencoder on %d server-held images (loss %.4f)",
+                     len(self.pretrain_images), loss)
+        arrays = ArrayRecord(model.state_dict())
+        layout = ParameterLayout.of(arrays)
+        started = time.perf_counter()
+        for ae_round in range(1, s.ae_rounds + 1):
+            arrays = yield from self._autoencoder_round(online, arrays, layout, ae_round)
+        self.fcr_seconds["autoencoder-rounds"] = time.perf_counter() - started
+        prefix = "encoder."
+        return ArrayRecord({key[len(prefix):]: arrays[key] for key in arrays.keys()
+                            if key.startswith(prefix)})
+
+    def _autoencoder_round(self, online: list[int], arrays: ArrayRecord, layout: ParameterLayout,
+                           ae_round: int) -> Steps[ArrayRecord]:
+        """`train.flt_ae` to every reachable client, n-weighted FedAvg of the replies (spec §3 Ph. 1)."""
+        s = self.settings
+        config = AutoencoderInstructions(
+            ae_round=ae_round, epochs=s.ae_epochs, lr=s.ae_lr, batch_size=s.ae_batch_size,
+            latent_dim=s.latent_dim, seed=self.seed,
+        ).config()
+        content = RecordDict({AUTOENCODER: arrays, CONFIG: config})
+        messages = [Message(content, dst_node_id=c, message_type=TRAIN_FLT_AE)
+                    for c in online]
+        replies = yield Phase(TRAIN_FLT_AE, messages)
+        if not replies:
+            log.warning("FLT: no client answered autoencoder round %d; the autoencoder is unchanged",
+                        ae_round)
+            return arrays
+        metrics = [AutoencoderReply.read(r.content[METRICS]) for _, r in replies]
+        rows = torch.stack([layout.row(r.content[AUTOENCODER]) for _, r in replies])
+        weights = torch.tensor([float(m.num_examples) for m in metrics])
+        loss = sum(m.recon_loss * m.num_examples for m in metrics) / max(float(weights.sum()), 1.0)
+        self.autoencoder_losses.append(loss)
+        log.info("FLT: autoencoder round %d: %d clients, reconstruction loss %.4f", ae_round,
+                 len(replies), loss)
+        return layout.arrays(weighted_mean(rows, weights))
+
+    def _query_centroids(self, clients: list[int]) -> Steps[dict[int, np.ndarray]]:
+        """`query.flt_embed` to `clients`; returns client → centroids [k_m, e] of valid replies and
+        records each client's num-examples n_m."""
+        s = self.settings
+        config = EmbedInstructions(k=s.k, k_mode=s.k_mode, kmeans_seed=KMEANS_SEED,
+                                   latent_dim=s.latent_dim).config()
+        content = RecordDict({ENCODER: self.encoder, CONFIG: config})
+        messages = [Message(content, dst_node_id=c, message_type=QUERY_FLT_EMBED) for c in clients]
+        found: dict[int, np.ndarray] = {}
+        for client, reply in (yield Phase(QUERY_FLT_EMBED, messages)):
+            mu = np.asarray(reply.content[CENTROIDS][CENTROIDS_MU].numpy(), dtype=np.float32)
+            if mu.ndim != 2 or mu.shape[1] != s.latent_dim or not 1 <= len(mu) <= s.k \
+                    or not np.isfinite(mu).all():
+                log.warning("FLT: client %d sent centroids of shape %s (expected [1..%d, %d] finite "
+                            "floats); it keeps a self-only row", client, mu.shape, s.k, s.latent_dim)
+                continue
+            found[client] = mu
+            self.num_examples[client] = EmbedReply.read(reply.content[METRICS]).num_examples
+        return found
+
+    # --- reporting ------------------------------------------------------------------------------
+    def round_report(self, server_round: int) -> dict[str, Any]:
+        report, self._report = self._report, {}
+        return report
+
+    def report(self, directory: Path, truth: Partition | None) -> dict[str, Any]:
+        """Ã → graph.npy/.png, A → distance.npy/.png (clients grouped by discovered cluster), the
+        UMAP embedding → umap.png; with ground truth: ARI and the share of Ã's edges inside true
+        clusters. Returns {"flt": {...}} for summary.json."""
+        from strategies.shared.reporter import save_matrix
+
+        rel = self.relatedness
+        if rel is None:
+            return {"flt": {"fcr": "not run: no client answered query.flt_embed"}}
+        placed = rel.placed
+        true_ids = truth.cluster_ids if truth is not None else None
+        labels = self.discovered_clusters(true_ids)
+        order = np.lexsort((np.arange(rel.num_clients), labels))
+        save_matrix(directory, "graph", rel.adjacency, order=order,
+                    title=f"FLT Ã: A < γ={rel.gamma:g} (by discovered cluster)")
+        save_matrix(directory, "distance", rel.distance, order=order,
+                    title=f"FLT A: {rel.distance_mode} distance in UMAP space")
+        if rel.clusters is not None:
+            save_matrix(directory, "cluster-graph", rel.aggregation_graph(), order=order,
+                        title=f"FLT clusters (Ward, C={rel.num_clusters})")
+        _plot_embedding(directory / "umap.png", rel, labels, true_ids)
+        s = self.settings
+        result: dict[str, Any] = {
+            "gamma": rel.gamma, "threshold": s.threshold, "distance": rel.distance_mode, "k": s.k,
+            "k-mode": s.k_mode,
+            "clients-placed": len(placed), "edges": _edges(rel.adjacency),
+            "mean-degree": float(rel.adjacency.sum(axis=1).mean() - 1.0),
+            "discovered-clusters": int(len(np.unique(labels[placed]))),
+            "centroids-per-client": float(np.mean([len(rel.centroids[c]) for c in placed])),
+            "uplink-floats-per-client": float(np.mean([rel.centroids[c].size for c in placed])),
+            "fcr-seconds": dict(self.fcr_seconds), "autoencoder-loss": list(self.autoencoder_losses),
+        }
+        if true_ids is not None:
+            true_ids = np.asarray(true_ids)
+            result["true-clusters"] = int(len(np.unique(true_ids)))
+            result["ari"] = adjusted_rand(labels[placed], true_ids[placed])
+            result["edges-inside-true-clusters"] = share_inside_groups(rel.adjacency, true_ids)
+        return {"flt": result}
+
+    def discovered_clusters(self, true_ids: np.ndarray | None = None) -> np.ndarray:
+        """Cluster labels [M] for reports: the configured Ward clusters; else Ward with C = the number
+        of true clusters when known; else the connected components of Ã. Unplaced clients: −1."""
+        rel = self.relatedness
+        placed = rel.placed
+        if rel.clusters is not None:
+            return rel.clusters.copy()
+        sub = rel.adjacency[np.ix_(placed, placed)]
+        labels = np.full(rel.num_clients, -1, dtype=np.int64)
+        if true_ids is not None:
+            labels[placed] = ward_clusters(sub, int(len(np.unique(true_ids))))
+        else:
+            labels[placed] = connected_components(sub)
+        return labels
+
+
+def _edges(adjacency: np.ndarray) -> int:
+    """Number of undirected off-diagonal edges of a symmetric binary graph."""
+    return int((np.asarray(adjacency).sum() - np.trace(adjacency)) // 2)
+
+
+def _plot_embedding(path: Path, rel: Relatedness, labels: np.ndarray,
+                    true_ids: np.ndarray | None) -> None:
+    """The UMAP embedding of all centroids, coloured by discovered cluster; a client's centroids are
+    joined by a line; marker = true cluster where known."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    markers = "osD^v<>phX*"
+    cmap = plt.get_cmap("tab10" if labels.max(initial=0) < 10 else "tab20")
+    fig, ax = plt.subplots(figsize=(6, 5))
+    for client in rel.placed:
+        pts = rel.points[client]
+        colour = cmap(int(labels[client]) % cmap.N)
+        marker = markers[int(true_ids[client]) % len(markers)] if true_ids is not None else "o"
+        if len(pts) > 1:
+            ax.plot(pts[:, 0], pts[:, 1], color=colour, alpha=0.25, linewidth=0.8)
+        ax.scatter(pts[:, 0], pts[:, 1], color=colour, marker=marker, s=18)
+    ax.set_title("FLT: UMAP of client centroids\n(colour: discovered cluster"
+                 + ("; marker: true cluster)" if true_ids is not None else ")"), fontsize=10)
+    ax.set_xlabel("UMAP 1")
+    ax.set_ylabel("UMAP 2")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# --- building from the run config -----------------------------------------------------------------
+def server_held_images(spec: DataSpec, count: int, seed: int) -> torch.Tensor:
+    """Up to `count` images of the data set that no client holds (neither train nor test), a seeded
+    choice: the server-held split for phase 0 (spec §4: pretrain on a split not given to clients)."""
+    from datasets.federated import load_partition
+
+    source, partition = load_partition(spec)
+    held = np.zeros(len(source), dtype=bool)
+    held[np.concatenate([*partition.train_indices, *partition.test_indices])] = True
+    free = np.flatnonzero(~held)
+    if len(free) == 0:
+        raise ValueError(
+            f"every one of the {len(source)} samples of '{spec.dataset}' is held by a client, so the "
+            "server has no split of its own to pretrain on; set max-samples-per-client so that "
+            "clients hold fewer samples, or flt.pretrain-samples=0"
+        )
+    chosen = np.random.default_rng(seed).choice(free, size=min(count, len(free)), replace=False)
+    if len(chosen) < count:
+        log.warning("FLT: flt.pretrain-samples=%d but only %d samples are held by no client; "
+                    "pretraining on those", count, len(chosen))
+    return torch.from_numpy(np.ascontiguousarray(source.images[np.sort(chosen)]))
+
+
+def build_flt(cfg: RunConfig) -> FLT:
+    """FLT from the run config; fails before any client is contacted on an unusable setting."""
+    from datasets.sources import SOURCE_INFO
+    from strategies.shared.settings import ConfigError
+
+    input_shape, _ = SOURCE_INFO[cfg.dataset]
+    try:
+        check_autoencoder_input(input_shape)
+    except ValueError as err:
+        raise ConfigError(f"run config: key 'dataset' = {cfg.dataset!r} is invalid for method "
+                          f"'flt': {err}") from None
+    images = None
+    if cfg.flt.pretrain_samples > 0:
+        try:
+            images = server_held_images(cfg.data_spec, cfg.flt.pretrain_samples, cfg.seed)
+        except ValueError as err:
+            raise ConfigError(f"run config: key 'flt.pretrain-samples' = "
+                              f"{cfg.flt.pretrain_samples} is invalid: {err}") from None
+    return FLT(cfg.num_clients, cfg.fraction_train, cfg.flt, input_shape=input_shape, seed=cfg.seed,
+               pretrain_images=images)
+

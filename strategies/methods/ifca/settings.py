@@ -1,0 +1,23 @@
+"""IFCA: its settings (`ifca.*` run-config keys) and the messages only it sends."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from strategies.shared.settings import MethodSettings
+
+
+class IFCASection(MethodSettings):
+    """IFCA: number C of cluster models (every sampled client receives all C each round)."""
+
+    clusters: int = Field(5, ge=1)
+
+
+# --- messages -------------------------------------------------------------------------------
+TRAIN_IFCA = "train.ifca"
+EVALUATE_IFCA = "evaluate.ifca"
+
+
+def cluster_model(index: int) -> str:
+    """ArrayRecord name of cluster model `index`; IFCA sends all C: `cluster-0`, `cluster-1`, ..."""
+    return f"cluster-{index}"

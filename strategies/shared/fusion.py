@@ -1,0 +1,97 @@
+"""One message for two phases: the previous round's evaluation rides on this round's train message.
+
+A deployed message costs seconds of fixed overhead (SuperNode pull, a fresh ClientApp process), so the
+round loop sends a client its evaluation of round r together with its training of round r + 1: the
+client evaluates the model(s) it received, then trains, and replies once. The evaluation's records
+travel as `evaluate:<name>`; a record identical to the train record of the same name (the global
+model of FedAvg, the personal model of Local) travels once (`FusedEvaluation.shared`). Both halves use
+these functions: the server to fuse requests and split replies, the client to split a request and fuse
+its two replies.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
+
+from strategies.shared.messages import CLIENT, EVALUATION_PREFIX, FUSED, FusedEvaluation
+
+
+def _same(a: object, b: object) -> bool:
+    """Whether two records hold the same values (ArrayRecords: names, dtypes, shapes and bytes)."""
+    if a is b:
+        return True
+    if isinstance(a, ArrayRecord) and isinstance(b, ArrayRecord):
+        return list(a.keys()) == list(b.keys()) and all(
+            (x.dtype, x.shape, x.data) == (y.dtype, y.shape, y.data)
+            for x, y in zip(a.values(), b.values()))
+    if isinstance(a, ConfigRecord) and isinstance(b, ConfigRecord):
+        return dict(a) == dict(b)
+    return False
+
+
+def fuse(train: Message, evaluation: Message) -> Message:
+    """A message of `train`'s type and destination carrying both contents."""
+    records = dict(train.content.items())
+    shared = []
+    for name, record in evaluation.content.items():
+        if name in records and _same(records[name], record):
+            shared.append(name)
+        else:
+            records[EVALUATION_PREFIX + name] = record
+    records[FUSED] = FusedEvaluation(message_type=evaluation.metadata.message_type,
+                                     shared=shared).config()
+    return Message(RecordDict(records), dst_node_id=train.metadata.dst_node_id,
+                   message_type=train.metadata.message_type, group_id=train.metadata.group_id)
+
+
+def is_fused(message: Message) -> bool:
+    return message.has_content() and FUSED in message.content
+
+
+def _with(message: Message, content: RecordDict, message_type: str | None = None) -> Message:
+    """`content` under a copy of `message`'s metadata (same ids, so replies map to the same client)."""
+    metadata = copy.copy(message.metadata)
+    if message_type is not None:
+        metadata.message_type = message_type
+    return Message(content=content, metadata=metadata)
+
+
+def split_request(message: Message) -> tuple[Message, Message]:
+    """(the train message, the evaluation message) a fused message carries."""
+    info = FusedEvaluation.read(message.content[FUSED])
+    train, evaluation = {}, {}
+    for name, record in message.content.items():
+        if name == FUSED:
+            continue
+        if name.startswith(EVALUATION_PREFIX):
+            evaluation[name[len(EVALUATION_PREFIX):]] = record
+        else:
+            train[name] = record
+            if name in info.shared or name == CLIENT:  # the address applies to both
+                evaluation[name] = record
+    return (_with(message, RecordDict(train)),
+            _with(message, RecordDict(evaluation), info.message_type))
+
+
+def fuse_reply(request: Message, train_reply: Message, evaluation_reply: Message) -> Message:
+    """The client's one reply to a fused request: the train reply's records and the evaluation
+    reply's records as `evaluate:<name>`."""
+    records = dict(train_reply.content.items())
+    records.update({EVALUATION_PREFIX + name: record
+                    for name, record in evaluation_reply.content.items()})
+    return Message(RecordDict(records), reply_to=request)
+
+
+def split_reply(request: Message, reply: Message) -> tuple[Message, Message]:
+    """(train reply, evaluation reply) of a reply to the fused `request`; an error reply stands for
+    both halves."""
+    if reply.has_error():
+        return reply, reply
+    info = FusedEvaluation.read(request.content[FUSED])
+    train = {n: r for n, r in reply.content.items() if not n.startswith(EVALUATION_PREFIX)}
+    evaluation = {n[len(EVALUATION_PREFIX):]: r for n, r in reply.content.items()
+                  if n.startswith(EVALUATION_PREFIX)}
+    return (_with(reply, RecordDict(train)),
+            _with(reply, RecordDict(evaluation), info.message_type))

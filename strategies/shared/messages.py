@@ -1,0 +1,144 @@
+"""The message contract every method shares: record names, the generic train / evaluate / identify
+messages, and fused evaluation. A method's own messages live in its contract module
+(`strategies/methods/<method>/settings.py`), typed configs extending `TrainInstructions` with their required
+fields.
+
+Both halves import these, so a renamed key breaks a test instead of a deployment. Keys are spelled in
+kebab-case on the wire (Flower's convention, e.g. `server-round`, `num-examples`).
+"""
+
+from __future__ import annotations
+
+from flwr.app import RecordDict
+from pydantic import Field, model_validator
+
+from strategies.shared.settings import Record
+
+# ArrayRecord names (what a record holds, as the method specs name them).
+GLOBAL = "global"  # the server's global model, sent down
+PERSONAL = "personal"  # a client's personalized model, sent down or up
+MODEL = "model"  # the model a client trained, sent up
+# ConfigRecord / MetricRecord names.
+CONFIG = "config"
+FUSED = "fused-evaluate"  # a train message that carries an evaluation too (FusedEvaluation)
+EVALUATION_PREFIX = "evaluate:"  # record name prefix of the evaluation part of a fused message
+CLIENT = "client"  # which logical client a message is for (added by ClientGrid)
+METRICS = "metrics"
+
+# Message types.
+TRAIN = "train"
+EVALUATE = "evaluate"
+IDENTIFY = "query.identify"
+TRAIN_LOCAL = "train.local"
+
+class ClientAddress(Record):
+    """Which logical client a message is for; one SuperNode may host several."""
+
+    client_id: int = Field(ge=0)
+
+
+class IdentifyRequest(Record):
+    """`query.identify`: the server asks a node which clients it hosts."""
+
+    code_fingerprint: str
+    num_clients: int = Field(ge=1)
+
+
+class IdentifyReply(Record):
+    """A node's answer: its partition slot and the code it runs."""
+
+    partition_id: int = Field(ge=0)
+    num_partitions: int = Field(ge=1)
+    code_fingerprint: str
+    device: str
+    # train / test sample counts of the hosted clients, in client-id order (partition-id, + n, ...);
+    # replies claiming more examples than declared are dropped (server_app.validation)
+    train_sizes: list[int] = Field(default_factory=list)
+    test_sizes: list[int] = Field(default_factory=list)
+
+
+class TrainInstructions(Record):
+    """`train` / `train.<method>`: the local-training hyperparameters of one round (a method's own
+    message extends this with its required fields, e.g. `strategies.methods.sfl.settings.SFLTrain`)."""
+
+    server_round: int = Field(ge=1)
+    lr: float = Field(gt=0.0)
+    momentum: float = Field(ge=0.0, lt=1.0)
+    local_epochs: int = Field(ge=1)
+    batch_size: int = Field(ge=1)
+    seed: int = Field(ge=0)
+    proximal_mu: float = Field(0.0, ge=0.0)  # FedProx (Flower's FedProx adds this key)
+
+
+class TrainReply(Record):
+    """Metrics of a training reply; `num-examples` weights aggregation."""
+
+    num_examples: int = Field(ge=0)
+    train_loss: float
+    cluster: int | None = Field(None, ge=0)  # IFCA: index of the cluster model the client trained
+    structure_loss: float | None = None  # FedSKA: mean L_S (1 − cos to h^g) of the local training
+    cuda: int | None = Field(None, ge=0, le=1)  # the device it trained on: 1 a CUDA GPU, 0 the CPU
+
+
+class EvaluateInstructions(Record):
+    """`evaluate`: evaluate the received model(s) on the client's own test split."""
+
+    server_round: int = Field(ge=0)
+    batch_size: int = Field(ge=1)
+    seed: int = Field(ge=0)
+    finetune_epochs: int = Field(0, ge=0)
+    lr: float = Field(gt=0.0)
+    momentum: float = Field(ge=0.0, lt=1.0)
+
+
+class EvaluateReply(Record):
+    """Per-client test metrics of the model the client would use (personal if any): `accuracy` for
+    classification, or `mae` / `mape` / `rmse` for regression (traffic; de-normalised speeds, MAPE a
+    fraction, zeros/missing skipped, NaN when a client has no valid target; averaged over the 12 horizon
+    steps, `*-h12` at the last step). `correct` is 0 for regression. `global-*` / `finetuned-*`: the
+    global model, and the global model after local fine-tuning epochs."""
+
+    num_examples: int = Field(ge=0)
+    correct: float = Field(ge=0)
+    loss: float
+    accuracy: float | None = Field(None, ge=0.0, le=1.0)
+    global_correct: float | None = Field(None, ge=0)
+    global_accuracy: float | None = Field(None, ge=0.0, le=1.0)
+    finetuned_correct: float | None = Field(None, ge=0)
+    finetuned_accuracy: float | None = Field(None, ge=0.0, le=1.0)
+    mae: float | None = None
+    mape: float | None = None
+    rmse: float | None = None
+    mae_h12: float | None = None
+    mape_h12: float | None = None
+    rmse_h12: float | None = None
+    global_mae: float | None = None
+    global_mape: float | None = None
+    global_rmse: float | None = None
+    finetuned_mae: float | None = None
+    finetuned_mape: float | None = None
+    finetuned_rmse: float | None = None
+
+    @model_validator(mode="after")
+    def _one_task(self) -> EvaluateReply:
+        if (self.accuracy is None) == (self.mae is None):
+            raise ValueError("an evaluate reply carries exactly one of 'accuracy' (classification) "
+                             "and 'mae' (regression)")
+        return self
+
+
+class FusedEvaluation(Record):
+    """`fused-evaluate` of a train message that also carries the previous round's evaluation
+    (`strategies.shared.fusion`): the client runs the evaluation first, then the training. The evaluation's
+    records travel as `evaluate:<name>`, except `shared` ones, which are identical to the train
+    record of the same name and travel once."""
+
+    message_type: str = Field(pattern=r"^evaluate(\.[A-Za-z_][A-Za-z0-9_]*)?$")
+    shared: list[str] = Field(default_factory=list)
+
+
+def with_client(content: RecordDict, client_id: int) -> RecordDict:
+    """A copy of `content` addressed to one logical client (records are shared, not copied)."""
+    records = dict(content.items())
+    records[CLIENT] = ClientAddress(client_id=client_id).config()
+    return RecordDict(records)

@@ -1,0 +1,47 @@
+"""`Method`: what a method package declares about itself (its name, how its strategy is built, its
+settings section and the client handlers of its own message types). Each package under
+`strategies/methods/` lists its entries as `METHODS = (Method(...), ...)` in its `__init__`; the registry
+(`strategies.shared.registry`) finds them there."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from strategies.shared.settings import MethodSettings
+
+if TYPE_CHECKING:
+    from flwr.serverapp.strategy import Strategy
+
+    from strategies.shared.run_config import RunConfig
+
+StrategyBuilder = Callable[["RunConfig"], "Strategy"]
+# A client handler: a callable (message, context) -> message, or "module:function" imported on use.
+ClientHandler = Callable[..., Any] | str
+
+
+@dataclass(frozen=True)
+class Method:
+    """One registered method.
+
+    `section`: the run-config section of its settings (`<section>.<key>`; several methods may share
+    one, e.g. `sfl` for sfl and sfl-star) with `settings` its model. `client`: the handlers of the
+    message types only this method sends (`train.<action>`, `query.<action>`, `evaluate.<action>`);
+    the generic `train` / `evaluate` handlers serve every method. `limits`: fields of the section that
+    count clients, each with what it counts: `"clients"` (at most num-clients, e.g. clusters) or
+    `"other-clients"` (at most num-clients − 1, e.g. a client's neighbours). `robust`: its global part may use
+    `aggregation` = median / trimmed-mean. `summary`: one line for the methods table
+    (`docs/methods.md`); `client_step`: the client module its clients run when it declares no handler
+    of its own (e.g. the generic `train`).
+    """
+
+    name: str
+    build: StrategyBuilder
+    section: str | None = None
+    settings: type[MethodSettings] | None = None
+    client: Mapping[str, ClientHandler] = field(default_factory=dict)
+    limits: Mapping[str, Literal["clients", "other-clients"]] = field(default_factory=dict)
+    robust: bool = False
+    summary: str = ""
+    client_step: str | None = None

@@ -1,0 +1,90 @@
+"""The method registry: every method name and its `Method` entry (how to build its strategy, which
+run-config section holds its settings, which client handlers answer its messages).
+
+The registry finds the methods in their packages: each package under `strategies/methods/` declares
+`METHODS = (Method(...), ...)` in its `__init__`, and importing the registry imports every such package
+(`discover`). Adding a method = adding its package (and its client module), nothing here. `RunConfig`
+reads its sections from here and validates `method` against the registered names. A package's
+`__init__` imports only its settings and message contract; its server step is imported when the
+builder is called, and client handlers are named as `module:function` and imported when first used, so
+importing the registry (as every client does to validate its run config) stays cheap and pulls in no
+server-side dependency (scipy, scikit-learn, numba, umap).
+
+`python -m strategies.shared.registry config [--write]` prints (or writes into pyproject.toml) the run
+config's defaults, generated from the settings models; `... table [--write]` does the same for the
+methods table of `docs/methods.md`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from typing import TYPE_CHECKING
+
+from strategies import methods as method_packages
+from strategies.shared.method import ClientHandler, Method, StrategyBuilder
+from strategies.shared.settings import MethodSettings
+
+if TYPE_CHECKING:
+    from flwr.serverapp.strategy import Strategy
+
+    from strategies.shared.run_config import RunConfig
+
+__all__ = ["METHODS", "ClientHandler", "Method", "StrategyBuilder", "build_strategy", "discover",
+           "method_names", "register", "robust_methods", "sections"]
+
+
+METHODS: dict[str, Method] = {}
+
+
+def register(method: Method) -> Method:
+    """Add (or replace) a method; its settings section becomes part of every `RunConfig`."""
+    if (method.section is None) != (method.settings is None):
+        raise ValueError(f"method {method.name!r}: give both section and settings, or neither")
+    for other in METHODS.values():
+        if other.section == method.section and other.name != method.name and method.section and \
+                other.settings is not method.settings:
+            raise ValueError(f"section {method.section!r} already holds {other.settings.__name__} "
+                             f"(method {other.name!r})")
+    METHODS[method.name] = method
+    return method
+
+
+def sections() -> dict[str, type[MethodSettings]]:
+    """Every registered settings section, by name."""
+    return {m.section: m.settings for m in METHODS.values() if m.section and m.settings}
+
+
+def method_names() -> tuple[str, ...]:
+    return tuple(METHODS)
+
+
+def robust_methods() -> tuple[str, ...]:
+    """Methods whose global part can be aggregated robustly (`aggregation`); the others aggregate
+    over a graph or clusters, where a coordinate-wise median of all clients has no meaning."""
+    return tuple(name for name, m in METHODS.items() if m.robust)
+
+
+def build_strategy(cfg: RunConfig) -> Strategy:
+    """The strategy of `cfg.method`, built by its package (a robust method's builder passes on the
+    `aggregation` rule; `RunConfig` allows a robust rule only for those)."""
+    return METHODS[cfg.method].build(cfg)
+
+
+def discover() -> list[Method]:
+    """Register the `METHODS` every package under `strategies/methods/` declares (packages in name
+    order, entries in declaration order); a package without `METHODS` is an error naming it."""
+    found: list[Method] = []
+    for info in sorted(pkgutil.iter_modules(method_packages.__path__), key=lambda i: i.name):
+        if not info.ispkg:
+            continue
+        module = importlib.import_module(f"{method_packages.__name__}.{info.name}")
+        declared = getattr(module, "METHODS", None)
+        if not declared or not all(isinstance(m, Method) for m in declared):
+            raise TypeError(f"{module.__name__} must declare METHODS = (Method(...), ...) in its "
+                            "__init__")
+        found.extend(register(m) for m in declared)
+    return found
+
+
+discover()
