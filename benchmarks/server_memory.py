@@ -3,7 +3,7 @@
     python -m benchmarks.server_memory --clients 100,1000,3000 --mapped 1000,10000
 
 What is measured: SFL's server strategy in one fresh process per point, built as the ServerApp builds it
-(`strategies.registry.build_strategy`: the prior label-sharing graph over N clients of MNIST
+(`strategies.shared.registry.build_strategy`: the prior label-sharing graph over N clients of MNIST
 label-clusters, every graph and propagation plan), bound to the `cnn` model (V [N, P] and U [N, P],
 P = 215,370 float32 parameters), then `--rounds` server rounds in which `--trained` clients' models are
 absorbed and SFL's server step runs (propagation, read-out, one personalised model read back). No
