@@ -5,6 +5,8 @@
         --name mnist-shards-q2-k20
 
 Every method runs through `server_app.harness.simulate.simulate` (the real ClientApp on an in-process grid).
+With `--workers N` (a private local Ray instance) or `--ray ADDRESS` (a running Ray cluster) the methods
+run as parallel Ray tasks, each number the same as the serial run's (`benchmarks.parallel`).
 Writes `<results-dir>/<name>.md` (command, date, machine, common settings, one row per method),
 `<name>.png` (personalized mean accuracy per round, from each run's rounds.jsonl; for a regression
 data set such as traffic, the MAE per round) and `<name>.json` (the raw summaries and curves). On a
@@ -28,9 +30,13 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TypeVar
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from server_app.run_values import format_value, parse_value
+
+if TYPE_CHECKING:
+    from benchmarks.parallel import Placement
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO / "benchmarks" / "results"
@@ -204,15 +210,17 @@ def compare(
     results_dir: str | Path = RESULTS_DIR,
     runs_dir: str | Path | None = None,
     command: str | None = None,
+    placement: Placement | None = None,
 ) -> list[dict[str, Any]]:
     """Run every method with the same `overrides`; write `<results_dir>/<name>.{md,png,json}`.
 
     Returns one summary per method (as `simulate` returns it, plus `wall-seconds` and `curve`:
-    the per-round records of rounds.jsonl reduced to round, seconds and accuracies).
+    the per-round records of rounds.jsonl reduced to round, seconds and accuracies). With a Ray
+    `placement` the methods run as parallel tasks (`benchmarks.parallel`); the numbers are the same.
     """
+    from benchmarks.parallel import ordered, run_all
     from strategies.shared.run_config import RunConfig
     from server_app.report_page import write_comparison_report
-    from server_app.harness.simulate import simulate
     from strategies.shared.run_config import default_run_config
 
     methods = list(methods)
@@ -223,18 +231,11 @@ def compare(
     command = command or format_command(methods, overrides, name, nodes)
     started = datetime.now(timezone.utc)
 
-    summaries = []
-    for method in progress(methods, f"compare {name}"):
-        run_overrides = {**overrides, "method": method, "output-dir": str(runs_dir),
-                         "run-name": method}
-        log.info("compare %s: running %s", name, method)
-        t0 = time.perf_counter()
-        summary = simulate(run_overrides, num_nodes=nodes)
-        summary["wall-seconds"] = time.perf_counter() - t0
-        rounds = read_rounds(runs_dir / method / "rounds.jsonl")
-        summary["curve"] = [_curve_point(r) for r in rounds]
-        summaries.append(summary)
-        log.info("compare %s: %s done in %.0f s", name, method, summary["wall-seconds"])
+    run = partial(run_method, overrides=overrides, name=name, runs_dir=runs_dir, nodes=nodes)
+    if placement is None or placement.serial:
+        summaries = [run(method) for method in progress(methods, f"compare {name}")]
+    else:
+        summaries = ordered(dict(run_all(run, methods, placement)))
 
     common = RunConfig.from_flower({**default_run_config(), **overrides,
                                     "method": methods[0]}).flat()
@@ -264,6 +265,23 @@ def compare(
         notes=f"Results table: {results_dir / name}.md")
     log.info("compare %s: report %s", name, report)
     return summaries
+
+
+def run_method(method: str, *, overrides: dict[str, Any], name: str, runs_dir: Path,
+               nodes: int | None = None) -> dict[str, Any]:
+    """One method of a comparison: its federation (outputs in `runs_dir/<method>/`), summarised with
+    `wall-seconds` and the per-round `curve`. Independent of the other methods (a Ray task)."""
+    from server_app.harness.simulate import simulate
+
+    run_overrides = {**overrides, "method": method, "output-dir": str(runs_dir), "run-name": method}
+    log.info("compare %s: running %s", name, method)
+    t0 = time.perf_counter()
+    summary = simulate(run_overrides, num_nodes=nodes)
+    summary["wall-seconds"] = time.perf_counter() - t0
+    rounds = read_rounds(runs_dir / method / "rounds.jsonl")
+    summary["curve"] = [_curve_point(r) for r in rounds]
+    log.info("compare %s: %s done in %.0f s", name, method, summary["wall-seconds"])
+    return summary
 
 
 def _curve_point(record: dict[str, Any]) -> dict[str, Any]:
@@ -472,6 +490,8 @@ def plot(summaries: list[dict[str, Any]], path: Path, title: str = "") -> None:
 
 # --- command line ---------------------------------------------------------------------------------
 def main(argv: Sequence[str] | None = None) -> int:
+    from benchmarks.parallel import add_placement_arguments, placement_from
+
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = benchmark_parser("compare", __doc__)
     parser.add_argument("--methods", required=True, help="comma-separated registered method names")
@@ -487,6 +507,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--results-dir", default=str(RESULTS_DIR))
     parser.add_argument("--runs-dir", default=None,
                         help="where each run's outputs go (default outputs/benchmarks/<name>)")
+    add_placement_arguments(parser)
     args = parser.parse_args(argv)
     log_progress()
     set_threads(args.threads)
@@ -494,11 +515,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         overrides = parse_set(args.set)
         methods = [m.strip() for m in args.methods.split(",") if m.strip()]
         _check(methods, overrides)
+        placement = placement_from(args)
     except ValueError as err:
         parser.error(str(err))
     summaries = compare(methods, overrides, args.name, args.nodes, results_dir=args.results_dir,
                         runs_dir=args.runs_dir,
-                        command="python -m benchmarks.compare " + shlex.join(argv))
+                        command="python -m benchmarks.compare " + shlex.join(argv),
+                        placement=placement)
     print("| " + " | ".join(columns_for(summaries)) + " |")
     for summary in summaries:
         print("| " + " | ".join(table_row(summary)) + " |")

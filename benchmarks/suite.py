@@ -1,12 +1,15 @@
 """The robustness suite: every method on the settings users meet, full and partial participation.
 
     python -m benchmarks.suite --seeds 0,1,2
+    python -m benchmarks.suite --seeds 0,1,2 --workers 2          # cells as tasks on 2 local Ray CPUs
+    python -m benchmarks.suite --seeds 0,1,2 --ray HEAD_IP:6379   # cells as tasks on a Ray cluster
 
 Grid (issue 15): settings {MNIST shards q = 2, label-clusters 5 × 2, rotated domains (4 rotations,
 10 classes), Dirichlet α = 0.1} × participation ρ ∈ {1.0, 0.2} × methods {fedavg, local, ditto, ifca,
 fedsem, flt, sfl, sfl-star, fedska, fedu}; on the domains setting also fedcg with the conv model. Every
 cell runs through `benchmarks.compare.compare` (same data, partition, seed and budget for every method
-of the cell; one process). On the label-clusters and domains cells IFCA and FedSEM also run with a wrong
+of the cell; one process per cell: serially in this one, or as Ray tasks with `--workers` / `--ray`,
+with the same numbers, see `benchmarks.parallel`). On the label-clusters and domains cells IFCA and FedSEM also run with a wrong
 cluster count (C = true − 2 and true + 3).
 
 Writes into `--results-dir` (default `benchmarks/results/suite/`): each cell's compare files
@@ -28,6 +31,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +41,7 @@ from benchmarks.compare import (
     DASH, RESULTS_DIR, RUNS_DIR, benchmark_parser, compare, log_progress, parse_set, plot_curves, read_rounds,
     set_threads,
 )
+from benchmarks.parallel import Placement, add_placement_arguments, ordered, placement_from, run_all
 
 log = logging.getLogger("bouquet.benchmarks")
 
@@ -312,18 +317,30 @@ def write_outputs(results: list[CellResult], settings: Sequence[Setting], rhos: 
          "results": [r.__dict__ for r in results]}, indent=1, default=str))
 
 
+def _run_cell(cell: tuple[Setting, float, int], *, methods: Sequence[str], extra: dict[str, Any],
+              results_dir: Path, runs_root: Path, fedcg: bool) -> list[CellResult]:
+    """`run_cell` of one (setting, ρ, seed): the unit a Ray task runs."""
+    setting, rho, seed = cell
+    return run_cell(setting, rho, seed, methods, extra, results_dir, runs_root, fedcg=fedcg)
+
+
 def run_suite(settings: Sequence[Setting], rhos: Sequence[float], seeds: Sequence[int],
               methods: Sequence[str], extra: dict[str, Any], results_dir: Path, runs_root: Path,
-              command: str, fedcg: bool = True) -> list[CellResult]:
+              command: str, fedcg: bool = True, placement: Placement | None = None
+              ) -> list[CellResult]:
+    """Every cell (seed × setting × ρ); with a Ray `placement` the cells run as parallel tasks
+    (`benchmarks.parallel`). The tables are rewritten after every finished cell, rows in the serial
+    order."""
     started = time.time()
-    results: list[CellResult] = []
-    for seed in seeds:
-        for setting in settings:
-            for rho in rhos:
-                results += run_cell(setting, rho, seed, methods, extra, results_dir, runs_root,
-                                    fedcg=fedcg)
-                write_outputs(results, settings, rhos, seeds, results_dir, command, started, extra)
-    return results
+    cells = [(setting, rho, seed) for seed in seeds for setting in settings for rho in rhos]
+    run = partial(_run_cell, methods=methods, extra=extra, results_dir=results_dir,
+                  runs_root=runs_root, fedcg=fedcg)
+    done: dict[int, list[CellResult]] = {}
+    for index, cell_results in run_all(run, cells, placement or Placement()):
+        done[index] = cell_results
+        results = [r for part in ordered(done) for r in part]
+        write_outputs(results, settings, rhos, seeds, results_dir, command, started, extra)
+    return [r for part in ordered(done) for r in part]
 
 
 def load_results(path: Path) -> list[CellResult]:
@@ -394,6 +411,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--merge", nargs="+", default=None, metavar="DIR",
                         help="run nothing: join the suite.json of these result folders into "
                              "--results-dir")
+    add_placement_arguments(parser)
     args = parser.parse_args(argv)
     log_progress()
     if args.merge:
@@ -414,11 +432,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         extra = parse_set(args.set)
         if not seeds or not rhos or not settings or not methods:
             raise ValueError("--seeds, --rhos, --settings and --methods must each name at least one")
+        placement = placement_from(args)
     except ValueError as err:
         parser.error(str(err))
     command = "python -m benchmarks.suite " + shlex.join(argv)
     results = run_suite(settings, rhos, seeds, methods, extra, Path(args.results_dir),
-                        Path(args.runs_dir), command, fedcg=not args.no_fedcg)
+                        Path(args.runs_dir), command, fedcg=not args.no_fedcg, placement=placement)
     print((Path(args.results_dir) / "suite-delta.md").read_text())
     log.info("suite: %d runs written to %s", len(results), args.results_dir)
     return 0

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from flwr.app import Context, Message, RecordDict
 
-from client_app.runtime import node_data_spec, partition_slot, resolve_device, run_config
+from client_app.devices import resolve_device
+from client_app.runtime import node_data_spec, partition_slot, run_config
 from datasets.federated import client_sizes
 from strategies.shared.provenance import code_fingerprint
 from strategies.shared.messages import CONFIG, IdentifyReply

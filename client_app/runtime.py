@@ -9,6 +9,7 @@ from functools import lru_cache
 import torch
 from flwr.app import ArrayRecord, Context, Message
 
+from client_app.devices import resolve_device
 from datasets.federated import ClientData, DataSpec, load_client_data
 from models import Backbone, build_model
 from strategies.shared.run_config import RunConfig
@@ -44,15 +45,6 @@ def partition_slot(context: Context) -> tuple[int, int]:
             f"node_config partition-id={partition_id} must be in [0, num-partitions={num_partitions})"
         )
     return partition_id, num_partitions
-
-
-def resolve_device(choice: str) -> torch.device:
-    """`auto` → cuda when available, else cpu; `cuda` without a GPU is an error."""
-    if choice == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("device='cuda' was requested but this node has no CUDA device")
-    if choice == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(choice)
 
 
 @dataclass(frozen=True)

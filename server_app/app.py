@@ -19,6 +19,7 @@ from server_app.checkpoint import CheckpointStore
 from server_app.reporting import RunRecorder
 from server_app.run_lock import OwnershipCheck, RunLock
 from server_app.runner import FederationRunner
+from strategies.shared.client_matrix import ClientMatrixStorage
 from strategies.shared.settings import ConfigError
 from strategies.shared.run_config import RunConfig
 from strategies.shared import priors
@@ -88,6 +89,8 @@ def run(grid: Grid, cfg: RunConfig, connect_timeout: float = 300.0,
     checkpoints = CheckpointStore(directory / "checkpoints")
     with RunLock(directory) as lock:  # one live ServerApp per run directory (server_app/run_lock.py)
         check_run_directory(cfg, directory, checkpoints)
+        if hasattr(strategy, "matrix_storage"):  # per-client matrices above the size: files in the run dir
+            strategy.matrix_storage = ClientMatrixStorage(cfg.client_matrix_mmap_bytes, directory)
         recorder = RunRecorder(directory, cfg.flat(), fresh=not cfg.resume)
         runner = FederationRunner(grid, cfg, strategy, recorder, ground_truth(cfg), checkpoints,
                                   [*callbacks, OwnershipCheck(lock)])

@@ -5,79 +5,21 @@ the test neither depends on nor disturbs any SuperLink a user has running.
 """
 
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.simulation_superlink import flwr as _flwr
+from tests.simulation_superlink import run_id as _run_id
+from tests.simulation_superlink import run_status as _run_status
+from tests.simulation_superlink import simulation_superlink
 
 pytestmark = pytest.mark.e2e
-BIN = Path(sys.executable).parent
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def superlink(tmp_path_factory):
-    home = tmp_path_factory.mktemp("flwr-home")
-    port = _free_port()
-    (home / "config.toml").write_text(
-        '[superlink]\ndefault = "e2e"\n\n'
-        f'[superlink.e2e]\naddress = "127.0.0.1:{port}"\ninsecure = true\n'
-    )
-    env = {**os.environ, "FLWR_HOME": str(home), "FLWR_TELEMETRY_ENABLED": "0",
-           "FLWR_DISABLE_UPDATE_CHECK": "1"}
-    log = (home / "superlink.log").open("w")
-    process = subprocess.Popen(
-        [str(BIN / "flower-superlink"), "--insecure", "--simulation", "--isolation", "subprocess",
-         "--host", "127.0.0.1", "--port", str(port), "--database", str(home / "state.db")],
-        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=home,
-    )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        time.sleep(0.5)
-    else:
-        os.killpg(process.pid, signal.SIGTERM)
-        pytest.fail("the SuperLink did not start: " + (home / "superlink.log").read_text()[-2000:])
-    yield env
-    os.killpg(process.pid, signal.SIGTERM)  # the group we started: SuperLink + its executors
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-    log.close()
-
-
-def _flwr(env, *args, timeout=300) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / "flwr"), *args], env=env, capture_output=True, text=True,
-                          timeout=timeout, cwd=REPO)
-
-
-def _run_status(env, run_id: str) -> dict:
-    listing = _flwr(env, "list", "e2e", "--run-id", run_id, "--format", "json", timeout=60)
-    assert listing.returncode == 0, listing.stderr
-    runs = json.loads(listing.stdout)["runs"]
-    return runs[0]
-
-
-def _run_id(stdout: str) -> str:
-    for line in stdout.splitlines():
-        if "Successfully started run" in line:
-            return line.split("run")[-1].split()[0]
-    raise AssertionError(f"no run id in: {stdout[-2000:]}")
+    with simulation_superlink(tmp_path_factory.mktemp("flwr-home")) as env:
+        yield env
 
 
 def test_flwr_run_trains_and_writes_results(superlink, tmp_path):

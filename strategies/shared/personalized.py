@@ -21,6 +21,7 @@ from flwr.serverapp.strategy import Strategy
 from flwr.serverapp.strategy.fedtrimmedavg import trim_mean
 from flwr.serverapp.strategy.strategy_utils import sample_nodes
 
+from strategies.shared.client_matrix import ClientMatrixStorage
 from strategies.shared.messages import CONFIG, EVALUATE, METRICS, PERSONAL, TrainReply
 from strategies.shared.params import ParameterLayout
 from strategies.shared.phases import ClientKeyed, Replies
@@ -72,6 +73,8 @@ class PersonalizedStrategy(Strategy, MethodReporter, ClientKeyed):
         self.aggregation = aggregation
         self.trim_fraction = trim_fraction
         self.last_trained = torch.full((num_clients,), -1, dtype=torch.long)  # round; -1 = never
+        # where V (and a subclass's other [N, P] matrices) live: memory, or a file above a size
+        self.matrix_storage = ClientMatrixStorage()  # set from the run config by the ServerApp
 
     def freshness(self, server_round: int, decay: float = 1.0) -> torch.Tensor:
         """Weight [N] of every client's row: 0 for a client that never trained (its row is still the
@@ -109,7 +112,7 @@ class PersonalizedStrategy(Strategy, MethodReporter, ClientKeyed):
         """On first use, lay out V from the global model."""
         if self.layout is None:
             self.layout = ParameterLayout.of(arrays)
-            self.personal = self.layout.matrix(arrays, self.num_clients)
+            self.personal = self.matrix_storage.filled(self.layout.row(arrays), self.num_clients)
 
     def sample_size(self, online: int) -> int:
         """Clients trained per round out of `online`: max(1, ⌊ρ·online⌋), Flower's FedAvg rule (the

@@ -28,6 +28,7 @@ from datasets.federated import DataSpec
 from datasets.partition import PARTITION_SCHEMES, PartitionSpec
 from datasets.sources import SOURCE_NAMES, dataset_task
 from models import MODEL_NAMES, SEQUENCE_MODELS
+from strategies.shared.client_matrix import DEFAULT_MMAP_BYTES
 from strategies.shared import registry
 from strategies.shared.settings import (
     ConfigError,
@@ -94,6 +95,9 @@ class RunConfig(Settings):
     resume: bool = False  # continue run-name from its newest valid checkpoint
     checkpoint_every: int = Field(1, ge=0)  # checkpoint after every n-th round (and the last; 0 = off)
     client_threads: int = Field(0, ge=0)
+    # a per-client server matrix (V [num_clients, P], SFL's U) larger than this many bytes is kept in
+    # a memory-mapped file in the run's output directory (strategies/shared/client_matrix.py; 0 = always)
+    client_matrix_mmap_bytes: int = Field(DEFAULT_MMAP_BYTES, ge=0)
     traffic_days: int = Field(0, ge=0)  # traffic: days of the series (0 = all; traffic-synthetic: 14)
 
     @field_validator("method")

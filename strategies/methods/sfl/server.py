@@ -89,10 +89,10 @@ class SFL(PersonalizedStrategy):
         first = self.layout is None
         super().bind(arrays)  # V: every row = w0 (§3)
         if first:
-            self.aggregated = self.personal.clone()  # U = V at the start
+            self.aggregated = self.matrix_storage.copy(self.personal)  # U = V at the start
             self.global_row = self.personal[0].clone()  # w = w0
             if self.learner is not None and self.settings.gl_features == "updates":
-                self.updates = torch.zeros_like(self.personal)
+                self.updates = self.matrix_storage.zeros_like(self.personal)
 
     def personal_arrays(self, client: int) -> ArrayRecord:
         """u_i: row i of U (what client i is pulled toward and evaluated with)."""
