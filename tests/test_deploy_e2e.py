@@ -114,9 +114,10 @@ def fleet_connections(port: int) -> dict[int, list[str]]:
     return found
 
 
-@pytest.fixture(scope="module")
-def federation(tmp_path_factory):
-    fed = LoopbackFederation(tmp_path_factory.mktemp("deploy"), 3, env_extra=FAST)
+def running_federation(base: Path):
+    """A started 3-SuperNode loopback federation (TLS, SuperNode auth) in `base`, for a module fixture to
+    yield from; afterwards stopped, and every process it started has ended."""
+    fed = LoopbackFederation(base, 3, env_extra=FAST)
     try:
         fed.start()
         yield fed
@@ -124,6 +125,11 @@ def federation(tmp_path_factory):
         processes = [p.process for p in fed.procs.values()]
         fed.stop()
         assert all(p.poll() is not None for p in processes)  # everything we started has ended
+
+
+@pytest.fixture(scope="module")
+def federation(tmp_path_factory):
+    yield from running_federation(tmp_path_factory.mktemp("deploy"))
 
 
 # --- the deployment itself --------------------------------------------------------------------

@@ -30,7 +30,8 @@ from server_app.harness.loopback import CONNECTION, LoopbackFederation
 from server_app.harness.simulate import simulate
 from server_app.run_lock import LOCK_NAME
 from tests.conftest import REPO
-from tests.test_deploy_e2e import FAST, client_rows, job, namespaces, numbers, rounds_of  # noqa: F401
+from tests.test_deploy_e2e import (FAST, client_rows, job, namespaces, numbers, rounds_of,  # noqa: F401
+                                   running_federation)
 
 pytestmark = pytest.mark.e2e
 
@@ -40,14 +41,7 @@ SFL_STAR = {"partition": "shards"}
 
 @pytest.fixture(scope="module")
 def federation(tmp_path_factory):
-    fed = LoopbackFederation(tmp_path_factory.mktemp("faults"), 3, env_extra=FAST)
-    try:
-        fed.start()
-        yield fed
-    finally:
-        processes = [p.process for p in fed.procs.values()]
-        fed.stop()
-        assert all(p.poll() is not None for p in processes)
+    yield from running_federation(tmp_path_factory.mktemp("faults"))
 
 
 def config_for(method: str, out: Path) -> dict:
