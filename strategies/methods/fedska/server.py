@@ -304,8 +304,14 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
             return report
         losses = yield from self._gradient_steps(_head_record(arrays), answered, self._encoder_steps())
         self._close_phase("grad", len(answered))
-        with torch.no_grad():
-            self.encodings = self.encoder(self.graph, self.slots)
+        return self._encode_and_report(losses, report)
+
+    def _encode_and_report(self, losses: list[float], report: dict[str, Any]) -> dict[str, Any]:
+        """After a round's split-learning steps: H^g = f(A, P) for the next train messages, the round's
+        losses kept and reported."""
+        if self.slots is not None:
+            with torch.no_grad():
+                self.encodings = self.encoder(self.graph, self.slots)
         self.split_losses.append(losses)
         if losses:
             report["fedska-split-loss"] = losses
@@ -327,13 +333,7 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
             if steps > 0:
                 self._close_phase("grad", len(embedded))
                 self._pending = (head, set(embedded))
-        if self.slots is not None:
-            with torch.no_grad():
-                self.encodings = self.encoder(self.graph, self.slots)
-        self.split_losses.append(losses)
-        if losses:
-            report["fedska-split-loss"] = losses
-        return report
+        return self._encode_and_report(losses, report)
 
     def _finish_pending_step(self) -> None:
         """schedule=fused: the last gradient step of the previous round's split learning, from the
