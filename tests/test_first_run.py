@@ -21,7 +21,7 @@ from strategies.shared.run_config import RunConfig
 from server_app.reporting import REFERENCE, RESULTS_DIR, matching_comparison, comparison_hint
 from strategies.shared.run_config import default_run_config
 from tests.conftest import REPO
-from tests.test_e2e_flwr_run import _free_port
+from tests.simulation_superlink import free_port
 
 README = REPO / "README.md"
 QUICK_START_MAX_LINES = 40
@@ -108,8 +108,8 @@ def test_readme_main_command_streams_the_run_and_writes_a_report(tmp_path):
     flwr_home = tmp_path / "flwr-home"
     env = {**os.environ, "FLWR_HOME": str(flwr_home), "PYTHONPATH": str(checkout),
            "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-           "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(_free_port()),
-           "FLWR_LOCAL_CONTROL_API_PORT": str(_free_port()),
+           "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(free_port()),
+           "FLWR_LOCAL_CONTROL_API_PORT": str(free_port()),
            "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1"}
     try:
         result = subprocess.run(["bash", "-c", main], cwd=checkout, env=env, capture_output=True,
