@@ -350,3 +350,30 @@ def test_a_missing_data_root_stops_the_run_when_nodes_join_naming_the_files(tmp_
     with pytest.raises(ClientsUnavailableError, match="failed to identify itself.*cifar-10"):
         simulate(config)
     assert not (tmp_path / "run" / "rounds.jsonl").read_text()  # no round was run
+
+
+def test_declared_model_records_are_accepted_and_checked_undeclared_ones_are_dropped():
+    """IFCA declares its `cluster-<i>` records on its `Method`; validation takes them from the
+    registry: a cluster model is accepted and checked against the models sent, and a validator that
+    knows no such declaration drops the same reply as an unexpected record."""
+    from server_app.validation import ReplyValidator, known_record_names, model_record_patterns
+    from strategies.methods.ifca.settings import TRAIN_IFCA, cluster_model
+
+    model = ArrayRecord({"w": Array(np.ones((2, 3), dtype=np.float32))})
+    request = Message(RecordDict({cluster_model(0): model, cluster_model(1): model}), dst_node_id=1,
+                      message_type=TRAIN_IFCA)
+
+    def reply(record: ArrayRecord) -> Message:
+        return Message(RecordDict({cluster_model(7): record,
+                                   METRICS: MetricRecord({"num-examples": 3})}), reply_to=request)
+
+    assert "cluster-*" in model_record_patterns()
+    validator = ReplyValidator(0.0, known_record_names(), model_record_patterns())
+    validator.declare(1, 10, 10)
+    assert validator.problem(1, request, reply(model)) is None
+    wrong = ArrayRecord({"w": Array(np.ones((3, 3), dtype=np.float32))})
+    assert validator.problem(1, request, reply(wrong)).startswith("model structure: 'cluster-7'")
+    shared_only = ReplyValidator(0.0, known_record_names())
+    shared_only.declare(1, 10, 10)
+    assert shared_only.problem(1, request, reply(model)) == (
+        "records: unexpected record(s) ['cluster-7'] in a 'train.ifca' reply")
