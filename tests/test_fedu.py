@@ -95,6 +95,7 @@ def test_untrained_clients_take_their_trained_neighbours_rows_after_a_round_and_
     assert torch.equal(rows["neighbours"][0], rows["initial"][0])
 
 
+@pytest.mark.federation
 def test_lambda_zero_is_exactly_local_training(tiny_run, tmp_path):
     common = {**tiny_run, "partition": "shards", "num-clients": 4, "num-rounds": 2}
     local = simulate({**common, "method": "local", "run-name": "local"})
