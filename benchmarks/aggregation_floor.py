@@ -23,8 +23,14 @@ from datetime import datetime, timezone
 
 import torch
 
-from benchmarks.compare import (RESULTS_DIR, benchmark_parser, code_version, machine_facts, set_threads,
-                                versions_line)
+from benchmarks.common import (
+    RESULTS_DIR,
+    benchmark_parser,
+    code_version,
+    machine_facts,
+    set_threads,
+    versions_line,
+)
 from benchmarks.sfl_scale import graphs
 from strategies.methods.sfl.gcn import GCNPropagation
 

@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.compare import benchmark_parser, code_version, machine_facts
+from benchmarks.common import benchmark_parser, code_version, machine_facts
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"

@@ -17,86 +17,41 @@ the comparison (table, curves, links to each method's report.html).
 
 from __future__ import annotations
 
-import argparse
 import json
-import logging
 import math
-import os
-import platform
 import shlex
-import subprocess
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
-from server_app.run_values import format_value, parse_value
+from benchmarks.common import (
+    REPO,
+    RESULTS_DIR,
+    benchmark_parser,
+    code_version,
+    log,
+    log_progress,
+    machine_facts,
+    parse_set,
+    progress,
+    provenance,
+    set_threads,
+)
+from server_app.run_values import format_value
 
 if TYPE_CHECKING:
     from benchmarks.parallel import Placement
 
-REPO = Path(__file__).resolve().parent.parent
-RESULTS_DIR = REPO / "benchmarks" / "results"
 RUNS_DIR = REPO / "outputs" / "benchmarks"  # `outputs/` is git-ignored
 DASH = "—"
 # Keys compare() sets per method; a user may not override them with --set.
 PER_METHOD_KEYS = ("method", "run-name", "output-dir")
 
-log = logging.getLogger("bouquet.benchmarks")
-
-
-def log_progress() -> None:
-    """Print the benchmarks' progress lines (logger `bouquet.benchmarks`) to stderr, timestamped;
-    idempotent, so a script may call it whatever else it runs."""
-    if not log.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
-        log.addHandler(handler)
-    log.setLevel(logging.INFO)
-    log.propagate = False
-
-
-T = TypeVar("T")
-
-
-def progress(items: Sequence[T], description: str) -> Iterator[T]:
-    """Iterate `items` with a progress bar and time-remaining estimate on a terminal (rich, installed
-    with Flower) and, after each item, a progress line with the estimate (also in log files)."""
-    from rich.console import Console
-    from rich.progress import track
-
-    started, total = time.perf_counter(), len(items)
-    bar = track(items, description=description, total=total, console=Console(stderr=True),
-                disable=not sys.stderr.isatty())
-    for done, item in enumerate(bar, start=1):
-        yield item
-        elapsed = time.perf_counter() - started
-        log.info("%s: %d/%d done, %.0f s so far, about %.0f s left", description, done, total,
-                 elapsed, elapsed / done * (total - done))
-
-
-# --- --set key=value ------------------------------------------------------------------------------
-def benchmark_parser(module: str, doc: str | None) -> argparse.ArgumentParser:
-    """The command-line parser of `python -m benchmarks.<module>`: its docstring is the help text."""
-    return argparse.ArgumentParser(prog=f"python -m benchmarks.{module}", description=doc,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
-
-
-def parse_set(items: Iterable[str]) -> dict[str, Any]:
-    """`["num-rounds=20", "partition=shards"]` -> `{"num-rounds": 20, "partition": "shards"}`."""
-    overrides: dict[str, Any] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise ValueError(f"--set expects key=value, got {item!r}")
-        overrides[key] = parse_value(raw)
-    return overrides
-
-
+# --- the command line ----------------------------------------------------------------------------
 def format_command(methods: Sequence[str], overrides: dict[str, Any], name: str,
                    nodes: int | None = None) -> str:
     args = ["--methods", ",".join(methods)]
@@ -106,76 +61,6 @@ def format_command(methods: Sequence[str], overrides: dict[str, Any], name: str,
     if nodes:
         args += ["--nodes", str(nodes)]
     return "python -m benchmarks.compare " + shlex.join(args)
-
-
-# --- provenance -----------------------------------------------------------------------------------
-def machine_facts() -> dict[str, Any]:
-    import flwr
-    import torch
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    from models.kernels import kernel_facts
-
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "torch-threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-        "flwr": flwr.__version__,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "cpu-kernels": kernel_facts(),
-        "libraries": library_versions(),
-    }
-
-
-# The packages a run's numbers depend on besides torch and flwr (recorded with every results file).
-NUMERIC_LIBRARIES = ("numpy", "scipy", "scikit-learn", "umap-learn", "pynndescent", "numba", "pydantic",
-                     "torchvision")
-
-
-def library_versions() -> dict[str, str]:
-    """The installed version of each of `NUMERIC_LIBRARIES` ('missing' where not installed)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    found = {}
-    for name in NUMERIC_LIBRARIES:
-        try:
-            found[name] = version(name)
-        except PackageNotFoundError:
-            found[name] = "missing"
-    return found
-
-
-def code_version() -> dict[str, Any]:
-    """The commit (plus whether the tree had local changes) and Bouquet's code fingerprint."""
-    from strategies.shared.provenance import code_fingerprint
-
-    out: dict[str, Any] = {"code-fingerprint": code_fingerprint()}
-    try:
-        out["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
-                                       capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True,
-                               text=True, check=True).stdout.strip()
-        out["local-changes"] = bool(dirty)
-    except (OSError, subprocess.CalledProcessError):
-        pass
-    return out
-
-
-def set_threads(threads: int) -> None:
-    """Pin torch's intra-op threads (0 leaves torch's default)."""
-    if threads > 0:
-        import torch
-
-        torch.set_num_threads(threads)
 
 
 # --- running --------------------------------------------------------------------------------------
@@ -357,38 +242,6 @@ def table_row(summary: dict[str, Any]) -> list[str]:
         _num(summary["bytes-per-round"] / 1e6 if summary.get("bytes-per-round") else None),
         _num(summary.get("seconds-per-round"), 3),
     ]
-
-
-def provenance(meta: dict[str, Any], title: str, machine_note: str = "") -> list[str]:
-    """The head of a results file: title, the command that produced it, date, code and machine."""
-    m = meta["machine"]
-    return [
-        title,
-        "",
-        "Produced by",
-        "",
-        "```",
-        meta["command"],
-        "```",
-        "",
-        f"- date: {meta['date']}; code: commit {meta['code'].get('commit', '?')}"
-        + (" (with local changes)" if meta["code"].get("local-changes") else "")
-        + f", fingerprint {meta['code']['code-fingerprint']}",
-        f"- machine: {m['cpu']}, {m['cores']} cores (torch threads {m['torch-threads']}), "
-        f"torch {m['torch']}, flwr {m['flwr']}, Python {m['python']}{machine_note}",
-        *versions_line(m),
-    ]
-
-
-def versions_line(machine: dict[str, Any]) -> list[str]:
-    """The libraries and CPU kernels line of a results file (absent in files written before they were
-    recorded)."""
-    if "libraries" not in machine:
-        return []
-    libraries = ", ".join(f"{name} {v}" for name, v in machine["libraries"].items())
-    kernels = machine.get("cpu-kernels", {})
-    return [f"- libraries: {libraries}; CPU kernels: {kernels.get('mode', '?')} "
-            f"(torch {kernels.get('torch-cpu-capability', '?')})"]
 
 
 def markdown(meta: dict[str, Any], summaries: list[dict[str, Any]]) -> str:

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.compare import benchmark_parser, code_version, machine_facts
+from benchmarks.common import benchmark_parser, code_version, machine_facts
 from server_app.harness import deploy
 from server_app.harness.loopback import LoopbackFederation
 from server_app.harness.outcome import RunFailedError, check_run

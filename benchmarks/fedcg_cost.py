@@ -38,8 +38,13 @@ from typing import Any
 import torch
 from flwr.app import ArrayRecord, Context, Message, RecordDict
 
-from benchmarks.compare import (
-    RESULTS_DIR, benchmark_parser, code_version, machine_facts, provenance, set_threads,
+from benchmarks.common import (
+    RESULTS_DIR,
+    benchmark_parser,
+    code_version,
+    machine_facts,
+    provenance,
+    set_threads,
 )
 from client_app.app import app as client_app
 from models import build_model

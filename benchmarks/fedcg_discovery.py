@@ -31,8 +31,14 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from benchmarks.compare import (
-    RESULTS_DIR, benchmark_parser, code_version, log_progress, machine_facts, parse_set, provenance,
+from benchmarks.common import (
+    RESULTS_DIR,
+    benchmark_parser,
+    code_version,
+    log_progress,
+    machine_facts,
+    parse_set,
+    provenance,
     set_threads,
 )
 from benchmarks.fedcg_domains import DEFAULTS, variant_table

@@ -36,10 +36,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from benchmarks.compare import (
-    RESULTS_DIR, RUNS_DIR, benchmark_parser, code_version, log_progress, machine_facts, parse_set,
-    plot_curves, provenance, read_rounds, set_threads,
+from benchmarks.common import (
+    RESULTS_DIR,
+    benchmark_parser,
+    code_version,
+    log_progress,
+    machine_facts,
+    parse_set,
+    provenance,
+    set_threads,
 )
+from benchmarks.compare import RUNS_DIR, plot_curves, read_rounds
 
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "fedavg": ("fedavg", {}),

@@ -28,8 +28,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from benchmarks.compare import (
-    REPO, RESULTS_DIR, benchmark_parser, code_version, machine_facts, progress, provenance,
+from benchmarks.common import (
+    REPO,
+    RESULTS_DIR,
+    benchmark_parser,
+    code_version,
+    machine_facts,
+    progress,
+    provenance,
 )
 
 
@@ -141,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=None,
                         help="an empty folder to work in, kept afterwards (default: a temporary one)")
     args = parser.parse_args(argv)
-    from benchmarks.compare import log_progress
+    from benchmarks.common import log_progress
 
     log_progress()
     started = datetime.now(timezone.utc)

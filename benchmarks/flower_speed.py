@@ -44,8 +44,14 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp.strategy import FedAvg
 from torch.nn import functional as F
 
-from benchmarks.compare import (
-    RESULTS_DIR, benchmark_parser, code_version, machine_facts, progress, provenance, set_threads,
+from benchmarks.common import (
+    RESULTS_DIR,
+    benchmark_parser,
+    code_version,
+    machine_facts,
+    progress,
+    provenance,
+    set_threads,
 )
 from datasets.federated import DataSpec, load_client_data
 from models import build_model

@@ -45,8 +45,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.compare import (
-    RESULTS_DIR, benchmark_parser, code_version, machine_facts, provenance, set_threads,
+from benchmarks.common import (
+    RESULTS_DIR,
+    benchmark_parser,
+    code_version,
+    machine_facts,
+    provenance,
+    set_threads,
 )
 from strategies.shared.graph import share_inside_groups
 from strategies.methods.flt.neighbourhood import NeighbourhoodModels, neighbourhood_average

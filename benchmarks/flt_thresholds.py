@@ -25,8 +25,13 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.compare import (
-    RESULTS_DIR, benchmark_parser, code_version, machine_facts, provenance, set_threads,
+from benchmarks.common import (
+    RESULTS_DIR,
+    benchmark_parser,
+    code_version,
+    machine_facts,
+    provenance,
+    set_threads,
 )
 
 SUITE = {"dataset": "mnist", "num-clients": 20, "model": "mlp", "max-samples-per-client": 300,

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from benchmarks.compare import REPO
+from benchmarks.common import REPO
 
 log = logging.getLogger("bouquet.benchmarks")
 
@@ -73,7 +73,7 @@ def placement_from(args: argparse.Namespace) -> Placement:
 
 def _task(fn: Callable[[T], R], item: T, threads: int) -> R:
     """One federation in a Ray worker, with the serial run's torch threads."""
-    from benchmarks.compare import log_progress, set_threads
+    from benchmarks.common import log_progress, set_threads
 
     log_progress()
     set_threads(threads)

@@ -21,8 +21,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.compare import REPO, RESULTS_DIR, benchmark_parser, code_version, log, log_progress
-from benchmarks.compare import machine_facts
+from benchmarks.common import (
+    REPO,
+    RESULTS_DIR,
+    benchmark_parser,
+    code_version,
+    log,
+    log_progress,
+    machine_facts,
+)
 from benchmarks.parallel import without_timings
 
 SMALL = ["--set", "num-rounds=5", "--set", "num-clients=10", "--set", "max-samples-per-client=200"]

@@ -29,8 +29,15 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.compare import REPO, RESULTS_DIR, benchmark_parser, code_version, log, log_progress
-from benchmarks.compare import machine_facts
+from benchmarks.common import (
+    REPO,
+    RESULTS_DIR,
+    benchmark_parser,
+    code_version,
+    log,
+    log_progress,
+    machine_facts,
+)
 
 GIB = 1024**3
 

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.compare import benchmark_parser, log_progress, progress
+from benchmarks.common import benchmark_parser, log_progress, progress
 from strategies.methods.sfl import spmm
 from strategies.methods.sfl.gcn import DENSE_COLUMN_BLOCK, SPARSE_COST_PER_NONZERO, GCNPropagation
 from strategies.shared.graph import knn_graph, row_normalize
@@ -166,7 +166,7 @@ def work_notes(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
-    from benchmarks.compare import provenance
+    from benchmarks.common import provenance
 
     lines = [
         *provenance(meta, f"# {meta['name']}: SFL server aggregation vs the plain mean"),
@@ -229,7 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     log_progress()
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    from benchmarks.compare import code_version, machine_facts
+    from benchmarks.common import code_version, machine_facts
 
     started = datetime.now(timezone.utc)
     clients = [int(float(c)) for c in args.clients.split(",")]

@@ -37,10 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.compare import (
-    DASH, RESULTS_DIR, RUNS_DIR, benchmark_parser, compare, log_progress, parse_set, plot_curves, read_rounds,
-    set_threads,
-)
+from benchmarks.common import RESULTS_DIR, benchmark_parser, log_progress, parse_set, set_threads
+from benchmarks.compare import DASH, RUNS_DIR, compare, plot_curves, read_rounds
 from benchmarks.parallel import Placement, add_placement_arguments, ordered, placement_from, run_all
 
 log = logging.getLogger("bouquet.benchmarks")
@@ -287,7 +285,7 @@ def plot_bytes(results: list[CellResult], setting: str, rho: float, seed: int,
 def write_outputs(results: list[CellResult], settings: Sequence[Setting], rhos: Sequence[float],
                   seeds: Sequence[int], results_dir: Path, command: str,
                   started: float, extra: dict[str, Any] | None = None) -> None:
-    from benchmarks.compare import code_version, machine_facts, versions_line
+    from benchmarks.common import code_version, machine_facts, versions_line
 
     m, code = machine_facts(), code_version()
     extra = extra or {}

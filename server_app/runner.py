@@ -52,7 +52,7 @@ from strategies.shared.phases import (
     Steps,
     run_phases,
 )
-from server_app.validation import ReplyValidator, known_record_names
+from server_app.validation import ReplyValidator, known_record_names, model_record_patterns
 
 log = logging.getLogger("flwr.bouquet")
 
@@ -109,7 +109,8 @@ class FederationRunner:
         self.strategy = strategy
         self.recorder = recorder
         self.clients = ClientGrid(grid, cfg.num_clients, code_fingerprint(),
-                                  ReplyValidator(cfg.max_update_norm, known_record_names()))
+                                  ReplyValidator(cfg.max_update_norm, known_record_names(),
+                                                 model_record_patterns()))
         held_out = heldout_test_clients(cfg.data_spec.partition)
         # training samples among the clients with training data only (held-out test clients: none)
         self.train_clients = self.clients if held_out is None else TrainClients(

@@ -6,13 +6,15 @@ strategy's extra exchanges) skips it the way it skips a client that crashed, and
 
 Checks, in order (the first failure is reported):
 1. **records**: the reply carries only records of the message contract (`strategies.shared.messages`
-   names, cluster models `cluster-<i>`, and names the request itself used); training and evaluation
-   replies carry a `metrics` record.
+   names, each method's contract names and the model records it declares, `Method.model_records`, e.g.
+   IFCA's `cluster-<i>`, and names the request itself used); training and evaluation replies carry a
+   `metrics` record.
 2. **num-examples**: training replies report a positive `num-examples` not above the train-set size
    the client declared in `query.identify`; evaluation replies a non-negative one not above its
    declared test-set size.
 3. **finite values**: every floating-point array of every ArrayRecord is finite.
-4. **model structure**: a returned model (`model`, `personal`, `global`, `cluster-<i>`, or a record
+4. **model structure**: a returned model (`model`, `personal`, `global`, a method's declared model
+   record such as `cluster-<i>`, or a record
    named like one the request carried) has exactly the array names, shapes and dtypes of the model
    the client was sent.
 5. **update norm**: ||returned model − nearest model sent||₂ ≤ `max-update-norm` (0 disables).
@@ -21,6 +23,7 @@ Checks, in order (the first failure is reported):
 from __future__ import annotations
 
 import math
+from fnmatch import fnmatchcase
 from types import ModuleType
 from collections.abc import Mapping
 
@@ -32,10 +35,6 @@ from strategies.shared import messages as contract
 INVALID_REPLY = 100  # error code of a reply dropped by validation (Flower's own codes are < 10)
 
 MODEL_RECORDS = frozenset({contract.GLOBAL, contract.PERSONAL, contract.MODEL})
-
-
-def is_model_record(name: str) -> bool:
-    return name in MODEL_RECORDS or name.startswith("cluster-")
 
 
 def record_names(module: ModuleType) -> set[str]:
@@ -58,6 +57,15 @@ def known_record_names() -> frozenset[str]:
     return frozenset(name for module in modules for name in record_names(module))
 
 
+def model_record_patterns() -> tuple[str, ...]:
+    """The shared model record names and every registered method's declared model-record patterns
+    (`Method.model_records`), for reply validation."""
+    from strategies.shared.registry import METHODS
+
+    declared = sorted({p for m in METHODS.values() for p in m.model_records})
+    return (*sorted(MODEL_RECORDS), *declared)
+
+
 def _structure(record: ArrayRecord) -> dict[str, tuple[tuple[int, ...], str]]:
     return {name: (tuple(array.shape), array.dtype) for name, array in record.items()}
 
@@ -72,12 +80,19 @@ def _distance(a: ArrayRecord, b: ArrayRecord) -> float:
 class ReplyValidator:
     """Checks replies against the request they answer and what each client declared about itself."""
 
-    def __init__(self, max_update_norm: float = 0.0, known: frozenset[str] | None = None) -> None:
+    def __init__(self, max_update_norm: float = 0.0, known: frozenset[str] | None = None,
+                 model_records: tuple[str, ...] | None = None) -> None:
         self.max_update_norm = max_update_norm
         self.train_sizes: dict[int, int] = {}  # client id -> declared train-set size
         self.test_sizes: dict[int, int] = {}
         # record names a reply may carry: the shared contract's, plus the methods' (registry)
         self.known = known if known is not None else frozenset(record_names(contract))
+        # names / fnmatch patterns of records that carry a model: the shared ones, plus the methods'
+        self.model_records = model_records if model_records is not None else tuple(sorted(MODEL_RECORDS))
+
+    def is_model_record(self, name: str) -> bool:
+        """Whether record `name` carries a model (checked against the models sent)."""
+        return any(fnmatchcase(name, pattern) for pattern in self.model_records)
 
     def declare(self, client: int, train_size: int, test_size: int) -> None:
         self.train_sizes[client] = train_size
@@ -91,7 +106,7 @@ class ReplyValidator:
         training = kind.split(".")[0] == "train"
         evaluation = kind.split(".")[0] == "evaluate"
         unknown = sorted(set(content.keys()) - self.known - set(sent.keys())
-                         - {n for n in content.keys() if is_model_record(n)})
+                         - {n for n in content.keys() if self.is_model_record(n)})
         if unknown:
             return f"records: unexpected record(s) {unknown} in a '{kind}' reply"
         if (training or evaluation) and not isinstance(content.get(contract.METRICS), MetricRecord):
@@ -110,12 +125,12 @@ class ReplyValidator:
                     return (f"finite values: array '{name}/{array_name}' has {bad} NaN/inf "
                             f"entr{'y' if bad == 1 else 'ies'}")
         sent_models = {n: r for n, r in sent.items()
-                       if isinstance(r, ArrayRecord) and is_model_record(n)}
+                       if isinstance(r, ArrayRecord) and self.is_model_record(n)}
         for name, record in content.items():
             if not isinstance(record, ArrayRecord):
                 continue
             references = ({name: sent[name]} if isinstance(sent.get(name), ArrayRecord)
-                          else sent_models if is_model_record(name) else {})
+                          else sent_models if self.is_model_record(name) else {})
             if not references:
                 continue
             problem = self._matches(name, record, references)

@@ -43,21 +43,12 @@ torch.set_num_threads(1)
 
 
 KINDS = ("unit", "federation", "e2e")
-FEDERATION_CALLS = ("simulate(", "LocalGrid(", "run_case(")
 
 
 def pytest_collection_modifyitems(config, items):
-    """Give every test its kind: `e2e` where the file says so, `federation` where the test runs
-    whole in-process federations, `unit` otherwise (select with `-m unit`, `-m "not e2e"`, ...)."""
-    import inspect
-
+    """Every test has one kind (select with `-m unit`, `-m "not e2e"`, ...): `e2e` and `federation`
+    (whole in-process federations: `simulate`, a `LocalGrid`, a golden-run case) are marked in the
+    test files, per file (`pytestmark`) or per test; every test left unmarked is a `unit` test."""
     for item in items:
-        if any(item.get_closest_marker(kind) for kind in KINDS):
-            continue
-        function = getattr(item, "function", None)
-        try:
-            source = inspect.getsource(function) if function else ""
-        except (OSError, TypeError):
-            source = ""
-        kind = "federation" if any(call in source for call in FEDERATION_CALLS) else "unit"
-        item.add_marker(getattr(pytest.mark, kind))
+        if not any(item.get_closest_marker(kind) for kind in KINDS):
+            item.add_marker(pytest.mark.unit)

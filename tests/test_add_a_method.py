@@ -89,6 +89,7 @@ def test_the_generated_config_and_table_list_the_new_method(copy):
     assert "`strategies/methods/proxpull/server.py`" in row and "`client_app/methods/proxpull.py`" in row
 
 
+@pytest.mark.federation
 def test_the_new_method_runs_with_its_own_settings(copy, tiny_run, tmp_path):
     run = {**tiny_run, "method": "proxpull", "proxpull.mu": 0.5, "num-rounds": 3}
     code = ("import json, sys\nfrom server_app.harness.simulate import simulate\n"

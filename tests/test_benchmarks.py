@@ -7,15 +7,9 @@ import math
 
 import pytest
 
-from benchmarks.compare import (
-    COLUMNS,
-    DASH,
-    compare,
-    format_command,
-    main,
-    parse_set,
-    parse_value,
-)
+from benchmarks.common import parse_set
+from benchmarks.compare import COLUMNS, DASH, compare, format_command, main
+from server_app.run_values import parse_value
 from benchmarks.flower_speed import speed_table
 
 

@@ -1,6 +1,7 @@
 """Cross-cutting work as callbacks: a user's callback sees every round in order, after the byte
 counts are in its record, and can add to the summary; the base class does nothing."""
 
+import pytest
 from flwr.app import ArrayRecord
 
 from server_app.callbacks import RunCallback
@@ -21,6 +22,7 @@ class Trace(RunCallback):
         summary["traced-rounds"] = sum(1 for e in self.events if e[0] == "recorded")
 
 
+@pytest.mark.federation
 def test_a_callback_sees_each_round_in_order_and_adds_to_the_summary(tiny_run):
     trace = Trace()
     summary = simulate({**tiny_run, "fuse-evaluate": False}, callbacks=[trace])

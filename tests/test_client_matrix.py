@@ -35,6 +35,7 @@ def test_above_the_threshold_a_matrix_is_an_unlinked_file_mapping_with_the_same_
     assert not _mapped_files()  # the mapping (and the file's space) goes with the tensors
 
 
+@pytest.mark.federation
 @pytest.mark.parametrize("method, extra", [("sfl", {}),
                                            ("sfl-star", {"sfl.gl-features": "updates"}),
                                            ("ditto", {})])

@@ -139,6 +139,7 @@ def test_ditto_sends_lambda_and_personal_epochs():
     assert set(content.array_records) == {"global", "personal"}
 
 
+@pytest.mark.federation
 def test_partial_participation_samples_the_configured_share(tiny_run):
     cfg = RunConfig.from_flower({**default_run_config(), **tiny_run, "num-clients": 10,
                                  "fraction-train": 0.3})
@@ -154,6 +155,7 @@ def test_partial_participation_samples_the_configured_share(tiny_run):
     np.testing.assert_equal(len(list(strategy.configure_evaluate(1, arrays, ConfigRecord({}), clients))), 10)
 
 
+@pytest.mark.federation
 def test_a_node_that_cannot_identify_fails_the_run_at_once(tiny_run):
     import time
 

@@ -296,6 +296,7 @@ def test_train_devices_counts_the_cuda_metric():
     assert train_devices([_Reply({"num-examples": 5})]) == {}
 
 
+@pytest.mark.federation
 def test_clients_report_the_device_they_trained_on(tiny_run):
     simulate({**tiny_run, "num-clients": 2, "num-rounds": 1, "device": "auto"})
     rounds = [json.loads(line) for line in (Path(tiny_run["output-dir"]) / "run" / "rounds.jsonl")
@@ -304,6 +305,7 @@ def test_clients_report_the_device_they_trained_on(tiny_run):
     assert rounds[1]["trained-on"] == {expected: 2}
 
 
+@pytest.mark.federation
 def test_a_round_with_no_reachable_client_is_skipped_not_awaited(tiny_run):
     """Every SuperNode gone after round 0: each round waits `round-timeout` for one to come back,
     then is recorded as skipped (Flower's sampler alone would wait forever)."""

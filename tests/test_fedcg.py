@@ -435,6 +435,7 @@ def test_resume_right_after_a_teacher_replacement_is_bit_identical(tiny_run, tmp
     assert resumed["fedcg"]["lambda"] == full["fedcg"]["lambda"]
 
 
+@pytest.mark.federation
 @pytest.mark.parametrize("method", ["fedavg", "sfl"])
 def test_training_samples_only_the_train_clients_when_test_clients_are_held_out(method, tiny_run,
                                                                                  tmp_path):

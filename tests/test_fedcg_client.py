@@ -124,11 +124,11 @@ def test_cached_teacher_logits_give_the_same_reply_and_a_new_teacher_replaces_th
     rt = client_runtime(message, warm)
     x, _ = rt.tensors("train")
     record = message.content[TEACHER]
-    logits = teacher_logits(rt, warm, record, x, "train")  # the cached entry: the teacher's logits
+    logits = teacher_logits(rt, rt.cfg.fedcg, warm, record, x, "train")  # the cached entry: the teacher's logits
     np.testing.assert_allclose(logits.numpy(), domain_logits(_classifier(record), x).numpy(), atol=1e-6)
     torch.manual_seed(5)
     other = ArrayRecord(DomainClassifier((1, 28, 28), D, 2).state_dict())  # a new teacher replaces the entry
-    fresh = teacher_logits(rt, warm, other, x, "train")
+    fresh = teacher_logits(rt, rt.cfg.fedcg, warm, other, x, "train")
     np.testing.assert_allclose(fresh.numpy(), domain_logits(_classifier(other), x).numpy(), atol=1e-6)
     assert not np.allclose(fresh.numpy(), logits.numpy())
     assert warm.state[next(k for k in keys if k.endswith(".id"))]["teacher"] == record_fingerprint(other)

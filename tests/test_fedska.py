@@ -283,6 +283,7 @@ def test_structure_pull_is_lambda_times_mean_one_minus_cosine():
 
 
 # --- whole federations ---------------------------------------------------------------------------
+@pytest.mark.federation
 def test_fedska_federation_learns_a_graph_trains_gnn_e_and_reports_bytes_by_phase(tiny_run, tmp_path):
     # the plain cosine links every pair of these 6 shard clients (standardised, most pairs are
     # negatively correlated and S has no off-diagonal weight to score)
@@ -312,6 +313,7 @@ def test_fedska_federation_learns_a_graph_trains_gnn_e_and_reports_bytes_by_phas
     assert len(fedska["split-loss"]) == 2 and fedska["random-knn-share"] is not None
 
 
+@pytest.mark.federation
 def test_missing_replies_skip_the_client_and_partial_participation_keeps_stale_rows(tiny_run, caplog,
                                                                                    monkeypatch):
     failed: list[int] = []
@@ -356,6 +358,7 @@ def test_given_graph_mode_uses_the_normalised_label_sharing_graph(tiny_run):
             "partition": "sensors", "model": "gru", "fedska.tau": 0.5}))
 
 
+@pytest.mark.federation
 def test_identity_encoder_reproduces_the_reference_and_sends_no_gradient_query(tiny_run, monkeypatch):
     sent: list[str] = []
 
@@ -399,6 +402,7 @@ def test_graph_start_sends_each_trained_client_its_row_of_the_graph_over_trained
     assert strategy.train_content(0, arrays, train_config())[GLOBAL] is arrays
 
 
+@pytest.mark.federation
 def test_reference_flags_reproduce_the_numbers_before_the_new_defaults(tiny_run, tmp_path):
     """`fedska.similarity=cosine fedska.start=global fedska.structure-lr=0.01` is the spec /
     reference code; measured on this run before the first two keys existed and while 0.01 was the
@@ -512,6 +516,7 @@ def test_fused_split_learning_makes_the_separate_schedules_encoder_updates(tiny_
         assert torch.equal(fused.encoder(fused.graph, fused.slots), separate.encoder(separate.graph, separate.slots))
 
 
+@pytest.mark.federation
 def test_fused_schedule_needs_two_phases_per_round_and_learns(tiny_run, tmp_path):
     """The default schedule: 1 phase in round 1, 2 after (train + E_g − 1 = 1 gradient query);
     slot features come on the train replies from round 2, the split-learning losses are reported."""

@@ -13,6 +13,7 @@ from strategies.shared.settings import ConfigError
 from strategies.shared.run_config import RunConfig
 from server_app.harness.simulate import simulate
 from strategies.shared.run_config import default_run_config
+from strategies.methods.fedu.settings import FedUSection
 from strategies.methods.fedu.server import FedU, laplacian_step, rows_from_trained_neighbours
 from strategies.shared.graph import row_normalize
 from strategies.shared.messages import METRICS, PERSONAL, TRAIN_LOCAL
@@ -41,7 +42,7 @@ def test_symmetric_graph_keeps_the_mean_and_pulls_rows_together():
 def _strategy(graph, lam=0.1, lr=0.5, untrained="initial"):
     torch.manual_seed(0)
     arrays = ArrayRecord(build_model("mclr", (1, 28, 28), 10).state_dict())
-    strategy = FedU(len(graph), 1.0, graph, lam, lr, untrained)
+    strategy = FedU(len(graph), 1.0, FedUSection(lambda_=lam, untrained=untrained), graph=graph, lr=lr)
     strategy.layout = ParameterLayout.of(arrays)
     strategy.personal = strategy.layout.matrix(arrays, len(graph))
     return strategy
@@ -94,6 +95,7 @@ def test_untrained_clients_take_their_trained_neighbours_rows_after_a_round_and_
     assert torch.equal(rows["neighbours"][0], rows["initial"][0])
 
 
+@pytest.mark.federation
 def test_lambda_zero_is_exactly_local_training(tiny_run, tmp_path):
     common = {**tiny_run, "partition": "shards", "num-clients": 4, "num-rounds": 2}
     local = simulate({**common, "method": "local", "run-name": "local"})

@@ -203,6 +203,7 @@ CLUSTERED = {
 }
 
 
+@pytest.mark.federation
 def test_flt_discovers_the_clusters_and_beats_fedavg_without_labels_leaving_clients(tmp_path):
     run_config = {**default_run_config(), **CLUSTERED, "method": "flt", "output-dir": str(tmp_path),
                   "run-name": "flt"}
@@ -250,6 +251,7 @@ def _accuracies(path):
     return [(r["round"], r.get("personalized")) for r in map(json.loads, path.open())]
 
 
+@pytest.mark.federation
 def test_tiny_gamma_is_exactly_local_training(tiny_run, tmp_path):
     """γ → 0 gives Ã = I: FLT must then reproduce `local` number for number (same seed)."""
     common = {**tiny_run, "model": "mlp", "fraction-train": 0.5, "num-rounds": 3}  # mlp: dropout
@@ -261,6 +263,7 @@ def test_tiny_gamma_is_exactly_local_training(tiny_run, tmp_path):
         _accuracies(tmp_path / "local" / "rounds.jsonl")
 
 
+@pytest.mark.federation
 def test_a_client_that_misses_fcr_trains_alone_then_is_placed(tiny_run, tmp_path, caplog):
     """A client whose FCR query fails keeps a self-only row; the next round it is queried again
     and placed with the fitted UMAP's transform."""
@@ -306,6 +309,7 @@ def test_default_umap_neighbourhood_keeps_small_clusters_apart_that_fifteen_merg
     assert _inside(reference.adjacency, groups) < 0.8
 
 
+@pytest.mark.federation
 def test_reference_umap_neighbours_reproduce_the_numbers_before_the_default_changed(tiny_run,
                                                                                    tmp_path):
     """`flt.threshold=absolute flt.umap-neighbors=15 flt.fresh-only=false` ([C]) on a 9-client,

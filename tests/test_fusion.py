@@ -41,6 +41,7 @@ CASES = {
 }
 
 
+@pytest.mark.federation
 @pytest.mark.parametrize("method", sorted(CASES))
 def test_fused_and_unfused_runs_give_the_same_metrics_in_fewer_phases(method, tiny_run, tmp_path):
     rounds, summaries = {}, {}
@@ -92,6 +93,7 @@ def test_a_record_identical_in_both_halves_travels_once():
     assert evaluated.metadata.message_type == "evaluate.ifca"
 
 
+@pytest.mark.federation
 def test_a_fused_checkpoint_resumes_unfused_to_the_same_numbers(tiny_run, tmp_path):
     """The checkpoint of a fused run holds the round whose evaluation was still due; a resumed run
     evaluates it first, whichever way it sends evaluations."""

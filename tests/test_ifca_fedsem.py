@@ -112,6 +112,7 @@ def test_ifca_reply_without_a_valid_cluster_is_rejected():
         strategy.aggregate_train(1, bad)
 
 
+@pytest.mark.federation
 @pytest.mark.parametrize("trained_index", [0, 1])
 def test_ifca_client_trains_and_evaluates_the_lowest_train_loss_model(trained_index, tiny_run):
     run_config = {**default_run_config(), **tiny_run}
@@ -302,6 +303,7 @@ def test_ifca_with_partial_participation_assigns_clients_as_they_train(label_clu
     assert runs["ifca-partial"]["cluster-assignment"].count(-1) == unassigned[-1]
 
 
+@pytest.mark.federation
 def test_ifca_reports_errors_on_a_regression_task(tmp_path):
     """Clients without a cluster choose at evaluation time; their reply carries MAE/MAPE/RMSE."""
     summary = simulate({

@@ -67,6 +67,7 @@ def test_clients_receive_their_composed_model_for_local_training():
     assert strategy.train_message_type == TRAIN_LOCAL
 
 
+@pytest.mark.federation
 def test_fedper_and_lg_fedavg_federations_learn(tiny_run):
     for method in ("fedper", "lg-fedavg"):
         summary = simulate({**tiny_run, "method": method, "run-name": method, "partition": "shards"})

@@ -84,6 +84,7 @@ FEDCG = {"partition": "domains", "model": "cnn", "num-clients": 8, "max-samples-
          "fedcg.teacher-period": 2, "fedcg.adj-warmup": 1, "fedcg.domain-stride": 2}
 
 
+@pytest.mark.federation
 @pytest.mark.parametrize("method, extra", [
     ("fedavg", {}), ("sfl-star", {}), ("ifca", {}), ("ditto", {}), ("fedsem", {}), ("fedu", {}),
     ("fedcg", FEDCG),  # the teacher is replaced at round 2, after the resume point
@@ -106,6 +107,7 @@ def _run_in_subprocess(config: dict) -> subprocess.Popen:
                             start_new_session=True)
 
 
+@pytest.mark.federation
 @pytest.mark.parametrize("method", ["flt", "sfl", "fedska"])
 def test_server_killed_after_round_k_resumes_to_the_same_result(tmp_path, method):
     """Kill -9 the server process once round 1's checkpoint exists, resume, compare."""
@@ -127,6 +129,7 @@ def test_server_killed_after_round_k_resumes_to_the_same_result(tmp_path, method
     assert resumed["final"] == full["final"]
 
 
+@pytest.mark.federation
 def test_resume_after_corrupting_the_last_checkpoint_uses_the_one_before(tmp_path, caplog):
     full = simulate(_config(tmp_path / "full", "sfl"))
     config = _config(tmp_path / "cut", "sfl")
@@ -141,6 +144,7 @@ def test_resume_after_corrupting_the_last_checkpoint_uses_the_one_before(tmp_pat
     assert resumed["final"] == full["final"]  # round 3 was run again from round 2's state
 
 
+@pytest.mark.federation
 def test_resume_refuses_changed_settings_and_missing_checkpoints(tmp_path):
     simulate(_config(tmp_path, "fedavg", **{"num-rounds": 1}))
     with pytest.raises(RuntimeError, match="written with lr=0.05 but this run has lr=0.1"):
@@ -149,6 +153,7 @@ def test_resume_refuses_changed_settings_and_missing_checkpoints(tmp_path):
         simulate(_config(tmp_path, "fedavg", resume=True, **{"run-name": "other"}))
 
 
+@pytest.mark.federation
 def test_a_new_run_never_overwrites_earlier_results(tmp_path):
     simulate(_config(tmp_path, "fedavg", **{"num-rounds": 1}))
     before = (tmp_path / "run" / "rounds.jsonl").read_text()
@@ -225,6 +230,7 @@ def _faulty_app(fault) -> ClientApp:
     return app
 
 
+@pytest.mark.federation
 @pytest.mark.parametrize("fault", list(FAULTS))
 def test_bad_reply_is_dropped_named_in_the_log_and_the_run_completes(tmp_path, caplog, fault):
     corrupt, check = FAULTS[fault]
@@ -240,6 +246,7 @@ def test_bad_reply_is_dropped_named_in_the_log_and_the_run_completes(tmp_path, c
     assert summary["final"]["personalized"]["mean"] > 0
 
 
+@pytest.mark.federation
 def test_valid_replies_pass_and_the_norm_bound_can_be_disabled(tmp_path):
     flat = {**default_run_config(), **_config(tmp_path, "fedavg", **{"max-update-norm": 0.0,
                                                                      "num-rounds": 1})}
@@ -312,6 +319,7 @@ def _poison(content):
     content[MODEL] = ArrayRecord(arrays)
 
 
+@pytest.mark.federation
 @pytest.mark.parametrize("aggregation", ["median", "trimmed-mean"])
 def test_robust_aggregation_withstands_a_poisoned_client_that_the_mean_does_not(tmp_path,
                                                                                 aggregation):
@@ -332,6 +340,7 @@ def test_robust_aggregation_withstands_a_poisoned_client_that_the_mean_does_not(
     assert robust > clean - 15.0
 
 
+@pytest.mark.federation
 def test_an_unwritable_output_dir_fails_before_any_client_is_contacted(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
@@ -342,6 +351,7 @@ def test_an_unwritable_output_dir_fails_before_any_client_is_contacted(tmp_path)
     assert blocker.read_text() == "not a folder"
 
 
+@pytest.mark.federation
 def test_a_missing_data_root_stops_the_run_when_nodes_join_naming_the_files(tmp_path):
     from server_app.runner import ClientsUnavailableError
 
@@ -350,3 +360,30 @@ def test_a_missing_data_root_stops_the_run_when_nodes_join_naming_the_files(tmp_
     with pytest.raises(ClientsUnavailableError, match="failed to identify itself.*cifar-10"):
         simulate(config)
     assert not (tmp_path / "run" / "rounds.jsonl").read_text()  # no round was run
+
+
+def test_declared_model_records_are_accepted_and_checked_undeclared_ones_are_dropped():
+    """IFCA declares its `cluster-<i>` records on its `Method`; validation takes them from the
+    registry: a cluster model is accepted and checked against the models sent, and a validator that
+    knows no such declaration drops the same reply as an unexpected record."""
+    from server_app.validation import ReplyValidator, known_record_names, model_record_patterns
+    from strategies.methods.ifca.settings import TRAIN_IFCA, cluster_model
+
+    model = ArrayRecord({"w": Array(np.ones((2, 3), dtype=np.float32))})
+    request = Message(RecordDict({cluster_model(0): model, cluster_model(1): model}), dst_node_id=1,
+                      message_type=TRAIN_IFCA)
+
+    def reply(record: ArrayRecord) -> Message:
+        return Message(RecordDict({cluster_model(7): record,
+                                   METRICS: MetricRecord({"num-examples": 3})}), reply_to=request)
+
+    assert "cluster-*" in model_record_patterns()
+    validator = ReplyValidator(0.0, known_record_names(), model_record_patterns())
+    validator.declare(1, 10, 10)
+    assert validator.problem(1, request, reply(model)) is None
+    wrong = ArrayRecord({"w": Array(np.ones((3, 3), dtype=np.float32))})
+    assert validator.problem(1, request, reply(wrong)).startswith("model structure: 'cluster-7'")
+    shared_only = ReplyValidator(0.0, known_record_names())
+    shared_only.declare(1, 10, 10)
+    assert shared_only.problem(1, request, reply(model)) == (
+        "records: unexpected record(s) ['cluster-7'] in a 'train.ifca' reply")

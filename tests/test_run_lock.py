@@ -93,6 +93,7 @@ def _rounds(directory: Path) -> list[int]:
     return [json.loads(line)["round"] for line in (directory / "rounds.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.federation
 def test_a_resume_while_the_owner_lives_is_refused_and_touches_nothing(tmp_path):
     config = _config(tmp_path, **{"num-rounds": 1})
     run(LocalGrid(client_app, 2, config), RunConfig.from_flower(config))
@@ -109,6 +110,7 @@ def test_a_resume_while_the_owner_lives_is_refused_and_touches_nothing(tmp_path)
     assert _rounds(directory) == [0, 1, 2]
 
 
+@pytest.mark.federation
 def test_a_run_that_lost_its_lock_writes_no_further_round(tmp_path):
     """The lock is taken over while round 2 trains: the run stops before its next rounds.jsonl
     line, so the new owner's rounds are never doubled."""

@@ -492,6 +492,7 @@ BEFORE_THE_DEFAULTS = {
 }
 
 
+@pytest.mark.federation
 @pytest.mark.parametrize("method", sorted(BEFORE_THE_DEFAULTS))
 def test_spec_flags_reproduce_the_numbers_before_the_robustness_defaults(method, tmp_path):
     from method_runs import BASE
@@ -541,6 +542,7 @@ def test_clients_start_from_u_i_with_start_personal(tiny_run):
 
 
 # --- whole federations ----------------------------------------------------------------------------
+@pytest.mark.federation
 def test_sfl_federation_writes_the_graph_and_sfl_star_reports_the_learned_share(tiny_run, tmp_path):
     common = {**tiny_run, "partition": "shards", "num-clients": 6, "num-rounds": 2}
     summary = simulate({**common, "method": "sfl", "run-name": "sfl"})
@@ -590,6 +592,7 @@ def test_scale_benchmark_measures_every_plan_and_skips_the_hopeless_ones():
     assert calibration(rows) is not None
 
 
+@pytest.mark.federation
 def test_sfl_trains_traffic_forecasters_over_the_road_graph(tiny_run):
     from models import SEQUENCE_MODELS
 

@@ -14,6 +14,8 @@ from server_app.harness.simulate import simulate
 from strategies.shared.run_config import default_run_config
 from strategies.shared.messages import CLIENT
 
+pytestmark = pytest.mark.federation  # every test here runs whole in-process federations
+
 
 def test_fedavg_accuracy_rises_above_round_zero_on_mnist(tmp_path):
     summary = simulate({

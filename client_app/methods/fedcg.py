@@ -32,6 +32,8 @@ ones are the same numbers).
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
@@ -55,6 +57,7 @@ from strategies.methods.fedcg.settings import (
     FedCGBalanceReply,
     FedCGBalanceRequest,
     FedCGEvaluateCounts,
+    FedCGSection,
     FedCGTrain,
     FedCGTrainReply,
 )
@@ -67,12 +70,32 @@ from strategies.shared.messages import (
     EvaluateReply,
 )
 
+if TYPE_CHECKING:
+    from strategies.shared.run_config import RunConfig
+
 STUDENT_STREAM = 11  # seeded_generator purpose of the student's batches (the model's uses none)
 SAMPLE_STREAM = 12  # seeded_generator purpose of the balancing's logit sample
 # images per eval-mode forward pass of a domain classifier: on a CPU a small batch keeps the 64×H×W
 # activations in cache (16 images: 3.2 MB at 28×28; 256 took 2.3× longer per image), a GPU takes many
 INFERENCE_BATCH = {"cpu": 16, "cuda": 256}
 STATE_PREFIX = "fedcg.teacher"  # context.state records of the cached teacher logits
+
+
+@dataclass(frozen=True)
+class FedCGClientSettings:
+    """What FedCG's client step reads from the run config, taken once per message: its `fedcg`
+    section and the named common settings it uses (`model`, and the number of true domain groups of
+    the partition, for the NMI counts)."""
+
+    section: FedCGSection
+    model: str
+    domain_groups: int
+
+
+def client_settings(cfg: RunConfig) -> FedCGClientSettings:
+    """FedCG's client settings from the node's run config."""
+    return FedCGClientSettings(section=cfg.fedcg, model=cfg.model,
+                               domain_groups=len(cfg.data_spec.partition.domain_names))
 
 
 class DomainInput(nn.Module):
@@ -88,11 +111,12 @@ class DomainInput(nn.Module):
         return self.model(self.images[index], self.domains[index])
 
 
-def fedcg_model(rt: ClientRuntime, arrays: ArrayRecord, graph: ArrayRecord) -> FedCGModel:
+def fedcg_model(rt: ClientRuntime, settings: FedCGClientSettings, arrays: ArrayRecord,
+                graph: ArrayRecord) -> FedCGModel:
     """The received FedCG model (built on the meta device, given the received tensors) with A set."""
     with torch.device("meta"):
-        backbone = build_model(rt.cfg.model, rt.data.input_shape, rt.data.num_classes)
-        model = FedCGModel(backbone, rt.cfg.fedcg.spec)
+        backbone = build_model(settings.model, rt.data.input_shape, rt.data.num_classes)
+        model = FedCGModel(backbone, settings.section.spec)
     model.load_state_dict(arrays.to_torch_state_dict(), assign=True)
     if ADJACENCY not in graph:
         raise ValueError(f"the '{GRAPH}' record needs the array '{ADJACENCY}'")
@@ -100,8 +124,8 @@ def fedcg_model(rt: ClientRuntime, arrays: ArrayRecord, graph: ArrayRecord) -> F
     return model.to(rt.device)
 
 
-def domain_classifier(rt: ClientRuntime, arrays: ArrayRecord) -> DomainClassifier:
-    s = rt.cfg.fedcg
+def domain_classifier(rt: ClientRuntime, s: FedCGSection, arrays: ArrayRecord) -> DomainClassifier:
+    """The received domain classifier (teacher or student) on the client's device."""
     with torch.device("meta"):
         classifier = DomainClassifier(rt.data.input_shape, s.domains, s.domain_stride, s.classifier_pool)
     classifier.load_state_dict(arrays.to_torch_state_dict(), assign=True)
@@ -132,8 +156,8 @@ def record_fingerprint(record: ArrayRecord) -> str:
     return digest.hexdigest()
 
 
-def teacher_logits(rt: ClientRuntime, context: Context, record: ArrayRecord, x: torch.Tensor,
-                   split: str) -> torch.Tensor:
+def teacher_logits(rt: ClientRuntime, s: FedCGSection, context: Context, record: ArrayRecord,
+                   x: torch.Tensor, split: str) -> torch.Tensor:
     """g_φ(x) [n, D] of the frozen teacher `record` on this client's `split` images, computed once per
     teacher: kept in `context.state` (one entry per client and split) under the record's content
     hash (`record_fingerprint`); a different teacher replaces the entry."""
@@ -145,7 +169,7 @@ def teacher_logits(rt: ClientRuntime, context: Context, record: ArrayRecord, x: 
         logits = torch.from_numpy(state[key]["logits"].numpy())
         if len(logits) == len(x):
             return logits.to(x.device)
-    logits = domain_logits(domain_classifier(rt, record), x)
+    logits = domain_logits(domain_classifier(rt, s, record), x)
     state[key] = ArrayRecord({"logits": logits.detach().cpu()})
     state[f"{key}.id"] = ConfigRecord({"teacher": fingerprint})
     return logits
@@ -167,13 +191,14 @@ def _counts(domains: torch.Tensor, num_domains: int) -> list[int]:
     return torch.bincount(domains.cpu(), minlength=num_domains).tolist()
 
 
-def truth_counts(rt: ClientRuntime, split: str, domains: torch.Tensor, num_domains: int) -> list[int] | None:
+def truth_counts(rt: ClientRuntime, settings: FedCGClientSettings, split: str, domains: torch.Tensor
+                 ) -> list[int] | None:
     """Counts of (true domain g, discovered domain d) over the split's images, flattened [G, D]; None
     where the data do not know each image's true domain."""
     truth = rt.data.train_domains if split == "train" else rt.data.test_domains
     if truth is None or len(truth) != len(domains):
         return None
-    groups = len(rt.cfg.data_spec.partition.domain_names)
+    groups, num_domains = settings.domain_groups, settings.section.domains
     joint = truth.cpu() * num_domains + domains.cpu()
     return torch.bincount(joint, minlength=groups * num_domains).tolist()
 
@@ -190,19 +215,21 @@ def oracle_domains(rt: ClientRuntime, num_domains: int) -> torch.Tensor:
 
 def train(message: Message, context: Context) -> Message:
     rt = client_runtime(message, context)
+    settings = client_settings(rt.cfg)
+    s = settings.section
     ins = FedCGTrain.read(message.content[CONFIG])
     content = message.content
-    model = fedcg_model(rt, content[MODEL], content[GRAPH])
-    student = domain_classifier(rt, content[STUDENT])
+    model = fedcg_model(rt, settings, content[MODEL], content[GRAPH])
+    student = domain_classifier(rt, s, content[STUDENT])
     x, y = rt.tensors("train")
-    d = rt.cfg.fedcg.domains
+    d = s.domains
     teacher = None
     if ins.client_domain is not None:  # clustering=kmeans: one domain per client
         pseudo = torch.full((len(y),), ins.client_domain, dtype=torch.long, device=x.device)
     elif ins.true_domains:  # clustering=oracle: each image's true domain
         pseudo = oracle_domains(rt, d)
     elif TEACHER in content:  # (a) d̂ = argmax_d g_φ^d(x), teacher frozen (balanced: §6.9)
-        teacher = teacher_logits(rt, context, content[TEACHER], x, "train")
+        teacher = teacher_logits(rt, s, context, content[TEACHER], x, "train")
         pseudo = pseudo_domains(teacher, teacher_labelling(content, d))
     else:
         raise ValueError(f"{TRAIN_FEDCG} needs the '{TEACHER}' record, 'client-domain' or 'true-domains' "
@@ -224,8 +251,8 @@ def train(message: Message, context: Context) -> Message:
     reply = FedCGTrainReply(
         num_examples=len(y), train_loss=loss, student_loss=student_loss, student_agreement=agreement,
         domain_counts=_counts(pseudo, d), student_counts=_counts(received, d),
-        truth_counts=truth_counts(rt, "train", pseudo, d),
-        student_truth_counts=truth_counts(rt, "train", received, d), cuda=rt.on_cuda,
+        truth_counts=truth_counts(rt, settings, "train", pseudo),
+        student_truth_counts=truth_counts(rt, settings, "train", received), cuda=rt.on_cuda,
     )
     return Message(RecordDict({MODEL: model_record(model), STUDENT: model_record(student),
                                METRICS: reply.metrics()}), reply_to=message)
@@ -233,21 +260,23 @@ def train(message: Message, context: Context) -> Message:
 
 def evaluate(message: Message, context: Context) -> Message:
     rt = client_runtime(message, context)
+    settings = client_settings(rt.cfg)
+    s = settings.section
     ins = EvaluateInstructions.read(message.content[CONFIG])
     content = message.content
-    model = fedcg_model(rt, content[MODEL], content[GRAPH])
-    student = domain_classifier(rt, content[STUDENT])
+    model = fedcg_model(rt, settings, content[MODEL], content[GRAPH])
+    student = domain_classifier(rt, s, content[STUDENT])
     x, y = rt.tensors("test")
-    d = rt.cfg.fedcg.domains
+    d = s.domains
     probabilities = domain_probabilities(student, x)
     student_domains = probabilities.argmax(dim=1)
-    soft = rt.cfg.fedcg.soft
+    soft = s.soft
     model.precompute_branches()  # V̂ once for inference
     index = torch.arange(len(y), device=x.device)
     results = {assignment: test_model(DomainInput(model, x, weights), index, y, ins.batch_size)
                for assignment, weights in (("soft", probabilities), ("hard", student_domains))}
     result = results["soft" if soft else "hard"]
-    teacher_domains = (pseudo_domains(teacher_logits(rt, context, content[TEACHER], x, "test"),
+    teacher_domains = (pseudo_domains(teacher_logits(rt, s, context, content[TEACHER], x, "test"),
                                       teacher_labelling(content, d))
                        if TEACHER in content else student_domains.new_zeros(0))
     reply = EvaluateReply(num_examples=result.num_examples, loss=result.loss,
@@ -256,7 +285,7 @@ def evaluate(message: Message, context: Context) -> Message:
                                  teacher_counts=_counts(teacher_domains, d),
                                  soft_correct=results["soft"].correct,
                                  hard_correct=results["hard"].correct,
-                                 truth_counts=truth_counts(rt, "test", student_domains, d))
+                                 truth_counts=truth_counts(rt, settings, "test", student_domains))
     return Message(RecordDict({METRICS: reply.metrics(), FEDCG_METRICS: counts.metrics()}),
                    reply_to=message)
 
@@ -267,12 +296,13 @@ def balance_statistics(message: Message, context: Context) -> Message:
     sent along, or `sample` (the moments and up to `sample-size` logit rows drawn at random;
     strategies.methods.fedcg.domain_balance)."""
     rt = client_runtime(message, context)
+    s = client_settings(rt.cfg).section
     content = message.content
     request = FedCGBalanceRequest.read(content[CONFIG])
     if TEACHER not in content:
         raise ValueError(f"{QUERY_FEDCG_BALANCE} needs the '{TEACHER}' record")
     x, _ = rt.tensors("train")
-    logits = teacher_logits(rt, context, content[TEACHER], x, "train")
+    logits = teacher_logits(rt, s, context, content[TEACHER], x, "train")
     if request.statistic in ("moments", "sample"):
         n, sums, squares = logit_moments(logits)
         rows = None
@@ -285,7 +315,7 @@ def balance_statistics(message: Message, context: Context) -> Message:
         reply = FedCGBalanceReply(num_examples=n, logit_sum=sums, logit_square_sum=squares,
                                   logit_sample=rows)
     else:
-        labelling = teacher_labelling(content, rt.cfg.fedcg.domains)
+        labelling = teacher_labelling(content, s.domains)
         if labelling is None:
             raise ValueError(f"{QUERY_FEDCG_BALANCE} 'marginals' needs the '{TEACHER_LABELLING}' record")
         n, soft, hard = soft_marginals(logits, labelling)

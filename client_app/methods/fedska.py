@@ -40,11 +40,12 @@ from strategies.methods.fedska.settings import (
     SLOT_FEATURES,
     SLOT_P,
     FedSKATrain,
+    FedSKATrainReply,
     SlotInstructions,
     TRAIN_FEDSKA,
     SlotReply,
 )
-from strategies.shared.messages import CONFIG, GLOBAL, METRICS, MODEL, TrainReply
+from strategies.shared.messages import CONFIG, GLOBAL, METRICS, MODEL
 
 SLOT_STREAM = 17  # seeded_generator purpose id of the slot permutation π
 EMBED_BATCH = 1024
@@ -179,7 +180,7 @@ def train(message: Message, context: Context) -> Message:
     else:  # round 1 (h^g = 0): cos(·, 0) = 0, L_S is a constant
         loss = train_epochs(model, x, y, **common)
     descriptor = features_of(model, x).mean(dim=0)
-    reply = TrainReply(num_examples=len(y), train_loss=loss, structure_loss=structure_loss,
+    reply = FedSKATrainReply(num_examples=len(y), train_loss=loss, structure_loss=structure_loss,
                        split_loss=split_loss, cuda=rt.on_cuda)
     return Message(RecordDict({
         MODEL: model_record(model),

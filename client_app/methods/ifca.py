@@ -15,9 +15,9 @@ from client_app.runtime import ClientRuntime, client_runtime, model_record
 from client_app.training import evaluate as test_model
 from client_app.training import seeded_generator, train_epochs
 from models import Backbone
-from strategies.methods.ifca.settings import cluster_model
+from strategies.methods.ifca.settings import IFCATrainReply, cluster_model
 from strategies.shared.messages import (
-    CONFIG, METRICS, MODEL, EvaluateInstructions, EvaluateReply, TrainInstructions, TrainReply
+    CONFIG, METRICS, MODEL, EvaluateInstructions, EvaluateReply, TrainInstructions
 )
 
 
@@ -52,7 +52,7 @@ def train(message: Message, context: Context) -> Message:
         model, x, y, epochs=ins.local_epochs, batch_size=ins.batch_size, lr=ins.lr,
         momentum=ins.momentum, generator=seeded_generator(ins.seed, rt.client_id, ins.server_round),
     )
-    reply = TrainReply(num_examples=len(y), train_loss=loss, cluster=cluster, cuda=rt.on_cuda)
+    reply = IFCATrainReply(num_examples=len(y), train_loss=loss, cluster=cluster, cuda=rt.on_cuda)
     return Message(
         RecordDict({MODEL: model_record(model), METRICS: reply.metrics()}), reply_to=message
     )

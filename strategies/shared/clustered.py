@@ -1,4 +1,4 @@
-"""Clustered personalization shared by `ifca` and `fedsem`: C centre models (rows of one `[C, P]`
+"""Clustered personalization shared by the clustered methods: C centre models (rows of one `[C, P]`
 matrix), one cluster index per client, per-cluster weighted means, and the cluster reports."""
 
 from __future__ import annotations

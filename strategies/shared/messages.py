@@ -67,17 +67,14 @@ class TrainInstructions(Record):
     local_epochs: int = Field(ge=1)
     batch_size: int = Field(ge=1)
     seed: int = Field(ge=0)
-    proximal_mu: float = Field(0.0, ge=0.0)  # FedProx (Flower's FedProx adds this key)
 
 
 class TrainReply(Record):
-    """Metrics of a training reply; `num-examples` weights aggregation."""
+    """Metrics of a training reply; `num-examples` weights aggregation (a method whose reply carries
+    more extends this in its contract module, `strategies/methods/<method>/settings.py`)."""
 
     num_examples: int = Field(ge=0)
     train_loss: float
-    cluster: int | None = Field(None, ge=0)  # IFCA: index of the cluster model the client trained
-    structure_loss: float | None = None  # FedSKA: mean L_S (1 − cos to h^g) of the local training
-    split_loss: float | None = None  # FedSKA fused schedule: the slot loss of the carried grad query
     cuda: int | None = Field(None, ge=0, le=1)  # the device it trained on: 1 a CUDA GPU, 0 the CPU
 
 

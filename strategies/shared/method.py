@@ -33,7 +33,9 @@ class Method:
     `"other-clients"` (at most num-clients − 1, e.g. a client's neighbours). `robust`: its global part may use
     `aggregation` = median / trimmed-mean. `summary`: one line for the methods table
     (`docs/methods.md`); `client_step`: the client module its clients run when it declares no handler
-    of its own (e.g. the generic `train`).
+    of its own (e.g. the generic `train`). `model_records`: name patterns (`fnmatch`, e.g. `cluster-*`)
+    of the model ArrayRecords it sends besides the shared `global` / `personal` / `model`; reply
+    validation accepts and checks them as models.
     """
 
     name: str
@@ -45,3 +47,4 @@ class Method:
     robust: bool = False
     summary: str = ""
     client_step: str | None = None
+    model_records: tuple[str, ...] = ()

@@ -59,6 +59,8 @@ class PersonalizedStrategy(Strategy, MethodReporter, ClientKeyed):
     """Per-client parameter matrix + per-client messages, replies keyed by client id."""
 
     train_message_type: str
+    # the metrics contract of this method's training replies (a method's own extends TrainReply)
+    train_reply: type[TrainReply] = TrainReply
 
     def __init__(self, num_clients: int, fraction_train: float, aggregation: str = "mean",
                  trim_fraction: float = 0.2) -> None:
@@ -141,7 +143,7 @@ class PersonalizedStrategy(Strategy, MethodReporter, ClientKeyed):
         for client, reply in replies:
             if reply.has_error():
                 continue
-            metrics = TrainReply.read(reply.content[METRICS])
+            metrics = self.train_reply.read(reply.content[METRICS])
             self.num_examples[client] = metrics.num_examples
             self.last_trained[client] = server_round
             self.absorb(client, reply.content)

@@ -1,5 +1,5 @@
-"""Exchanges a method needs besides training and evaluation (FLT's relatedness queries, FedSKA's
-split-learning queries, FedCG's balancing queries) as declared phases: the method's step is a
+"""Exchanges a method needs besides training and evaluation (relatedness queries,
+split-learning queries, domain-balancing queries) as declared phases: the method's step is a
 generator that yields a `Phase` (one message type, the messages for each client) and receives the
 good replies; only the runner sends (`FederationRunner.run_phases`). So a method's server step is
 plain code that tests can drive with made-up replies (`answer`), and the runner owns the transport.

@@ -1,6 +1,6 @@
 """The run configuration: one typed, frozen `RunConfig` built from Flower's flat `run_config`.
 
-Flower hands the app a flat mapping (`num-rounds`, `fedprox.mu`, ...). Keys without a dot are common
+Flower hands the app a flat mapping (`num-rounds`, `<section>.<key>`, ...). Keys without a dot are common
 settings; `<section>.<key>` keys belong to a method's settings section, which the method declares in
 the registry. Every value is validated here, before any client is contacted, and a problem is
 reported as one line naming the key, the value and what is allowed. Both halves use it: the server to

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from strategies.shared.messages import TrainInstructions
 from strategies.shared.settings import MethodSettings
 
 
@@ -11,3 +12,11 @@ class FedProxSection(MethodSettings):
     """FedProx: weight μ of the proximal term (μ/2)·||w − w_global||²."""
 
     mu: float = Field(0.01, ge=0.0)
+
+
+# --- messages -------------------------------------------------------------------------------
+class FedProxTrain(TrainInstructions):
+    """`train` for fedavg and fedprox: FedProx's Flower strategy adds `proximal-mu` (μ) to the
+    generic training config; absent (FedAvg) it is 0 and no proximal term is added."""
+
+    proximal_mu: float = Field(0.0, ge=0.0)

@@ -63,6 +63,7 @@ from strategies.methods.fedska.settings import (
     SLOT_P,
     TRAIN_FEDSKA,
     FedSKATrain,
+    FedSKATrainReply,
     SlotInstructions,
     SlotReply,
 )
@@ -91,6 +92,7 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
     """FedSKA's server half (spec §3). Client models are rows of V (their last trained model)."""
 
     train_message_type = TRAIN_FEDSKA
+    train_reply = FedSKATrainReply
     _structure_seconds: float | None = None  # the last structure-learning fit (for the progress log)
 
     def __init__(self, num_clients: int, fraction_train: float, settings: FedSKASection, *,
@@ -175,16 +177,19 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
         the client's mean L_S (1 − cos to h^g) is reported per round."""
         self.personal[client] = self.layout.row(content[MODEL])
         self._trained.append(client)
-        structure_loss = content[METRICS].get("structure-loss")
-        if structure_loss is not None:
-            self._structure_losses.append(float(structure_loss))
+        metrics = FedSKATrainReply.read(content[METRICS])
+        if metrics.structure_loss is not None:
+            self._structure_losses.append(metrics.structure_loss)
         if SLOT_FEATURES in content:  # schedule=fused: query.ska_embed's answer
             self._carried_slots[client] = content[SLOT_FEATURES]
         if GRAD in content and self._pending is not None and self.encodings is not None:
             g = self._valid_gradient(client, content[GRAD], self.encodings)  # query.ska_grad's
             if g is not None:
                 self._carried_grads[client] = g
-                self._carried_losses.append(float(content[METRICS]["split-loss"]))
+                if metrics.split_loss is None:
+                    raise ValueError(f"client {client}: a '{TRAIN_FEDSKA}' reply carrying '{GRAD}' needs "
+                                     "'split-loss' in its metrics")
+                self._carried_losses.append(metrics.split_loss)
         h_c = torch.from_numpy(np.asarray(content[DESCRIPTOR][H_C].numpy(), dtype=np.float32))
         if h_c.ndim != 1 or not bool(torch.isfinite(h_c).all()) or (
                 self.descriptors is not None and len(h_c) != self.descriptors.shape[1]):

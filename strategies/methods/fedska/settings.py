@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from strategies.shared.settings import MethodSettings, Record
-from strategies.shared.messages import TrainInstructions
+from strategies.shared.messages import TrainInstructions, TrainReply
 
 
 class FedSKASection(MethodSettings):
@@ -73,6 +73,14 @@ class SlotReply(Record):
 
     num_examples: int = Field(ge=0)
     loss: float | None = None
+
+
+class FedSKATrainReply(TrainReply):
+    """Metrics of a `train.fedska` reply: the local training's mean structure loss and, under the
+    fused schedule, the slot loss of the carried `query.ska_grad` answer."""
+
+    structure_loss: float | None = None  # mean L_S (1 − cos to h^g) of the local training
+    split_loss: float | None = None  # fused schedule: the slot loss of the carried grad query
 
 
 class FedSKATrain(TrainInstructions):

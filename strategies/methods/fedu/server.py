@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
+from strategies.methods.fedu.settings import FedUSection
 from strategies.shared.graph import row_normalize
 from strategies.shared.priors import check_adjacency, given_graph
 from strategies.shared.messages import CONFIG, PERSONAL, TRAIN_LOCAL
@@ -69,12 +70,14 @@ class FedU(PersonalizedStrategy):
 
     train_message_type = TRAIN_LOCAL
 
-    def __init__(self, num_clients: int, fraction_train: float, graph: np.ndarray, lam: float,
-                 lr: float, untrained: str = "neighbours") -> None:
+    def __init__(self, num_clients: int, fraction_train: float, settings: FedUSection, *,
+                 graph: np.ndarray, lr: float) -> None:
+        """`settings` is the `fedu` section; `graph` the loaded given graph [K, K]; `lr` the common
+        local learning rate η (the Laplacian step is η·λ)."""
         super().__init__(num_clients, fraction_train)
         self.graph = row_normalize(check_adjacency(graph, num_clients))
-        self.lam, self.lr = lam, lr
-        self.untrained = untrained
+        self.lam, self.lr = settings.lambda_, lr
+        self.untrained = settings.untrained
         self._trained: list[int] = []
 
     def train_content(self, client: int, arrays: ArrayRecord, config: ConfigRecord) -> RecordDict:
@@ -110,7 +113,8 @@ class FedU(PersonalizedStrategy):
 
 def build_fedu(cfg: RunConfig) -> FedU:
     """FedU from the run config; the graph is loaded and checked before any client is contacted."""
-    graph = given_graph(cfg, cfg.fedu.graph, cfg.fedu.graph_file, "fedu.graph")
+    s = cfg.fedu
+    graph = given_graph(cfg, s.graph, s.graph_file, "fedu.graph")
     log.info("FedU: graph '%s', %.1f neighbours per client (self included), λ = %g, untrained rows: %s",
-             cfg.fedu.graph, float((graph > 0).sum(axis=1).mean()), cfg.fedu.lambda_, cfg.fedu.untrained)
-    return FedU(cfg.num_clients, cfg.fraction_train, graph, cfg.fedu.lambda_, cfg.lr, cfg.fedu.untrained)
+             s.graph, float((graph > 0).sum(axis=1).mean()), s.lambda_, s.untrained)
+    return FedU(cfg.num_clients, cfg.fraction_train, s, graph=graph, lr=cfg.lr)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from strategies.shared.method import Method
-from strategies.methods.ifca.settings import IFCASection
+from strategies.methods.ifca.settings import IFCASection, cluster_model
 
 if TYPE_CHECKING:
     from flwr.serverapp.strategy import Strategy
@@ -23,5 +23,5 @@ def build(cfg: RunConfig) -> Strategy:
 
 METHODS = (Method("ifca", build, "ifca", IFCASection, {"train.ifca": "client_app.methods.ifca:train",
                                                         "evaluate.ifca": "client_app.methods.ifca:evaluate"},
-                  limits={"clusters": "clients"},
+                  limits={"clusters": "clients"}, model_records=(cluster_model("*"),),
            summary="IFCA: C cluster models; each client trains the one with the lowest loss on its data"),)

@@ -28,14 +28,15 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 
 from strategies.shared.clustered import UNASSIGNED, ClusteredStrategy, ModelInit, cluster_means
-from strategies.methods.ifca.settings import EVALUATE_IFCA, TRAIN_IFCA, cluster_model
-from strategies.shared.messages import CONFIG, EVALUATE, METRICS, MODEL, TrainReply
+from strategies.methods.ifca.settings import EVALUATE_IFCA, TRAIN_IFCA, IFCATrainReply, cluster_model
+from strategies.shared.messages import CONFIG, EVALUATE, METRICS, MODEL
 
 
 class IFCA(ClusteredStrategy):
     """IFCA, Algorithm 2 with model averaging (see the module docstring)."""
 
     train_message_type = TRAIN_IFCA
+    train_reply = IFCATrainReply
 
     def __init__(
         self, num_clients: int, fraction_train: float, num_clusters: int, init: ModelInit
@@ -61,7 +62,7 @@ class IFCA(ClusteredStrategy):
 
     def absorb(self, client: int, content: RecordDict) -> None:
         """Remember the client's choice ĵ and its trained θ_ĵ for this round's cluster averages."""
-        reply = TrainReply.read(content[METRICS])
+        reply = IFCATrainReply.read(content[METRICS])
         if reply.cluster is None or reply.cluster >= self.num_clusters:
             raise ValueError(
                 f"client {client}: an IFCA reply needs 'cluster' in [0, {self.num_clusters}), "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from strategies.shared.messages import TrainReply
 from strategies.shared.settings import MethodSettings
 
 
@@ -16,6 +17,12 @@ class IFCASection(MethodSettings):
 # --- messages -------------------------------------------------------------------------------
 TRAIN_IFCA = "train.ifca"
 EVALUATE_IFCA = "evaluate.ifca"
+
+
+class IFCATrainReply(TrainReply):
+    """Metrics of a `train.ifca` reply: which cluster model the client chose and trained."""
+
+    cluster: int | None = Field(None, ge=0)  # index ĵ of the cluster model the client trained
 
 
 def cluster_model(index: int) -> str:
