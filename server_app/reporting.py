@@ -19,9 +19,11 @@ log = logging.getLogger("flwr.bouquet")
 
 RESULTS_DIR = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
 REFERENCE = "default-job"  # the committed comparison of the default job (README: Quick start)
-# Keys that name, place or pace a run without changing its numbers.
+# Keys that name, place or pace a run without changing its numbers (client-matrix-mmap-bytes only
+# chooses where the server keeps the per-client matrices: tests/test_client_matrix.py).
 RUN_KEYS = frozenset({"method", "run-name", "output-dir", "data-root", "device", "resume",
-                      "checkpoint-every", "round-timeout", "client-threads", "eval-every"})
+                      "checkpoint-every", "round-timeout", "client-threads", "eval-every",
+                      "client-matrix-mmap-bytes"})
 _MISSING = object()
 
 CURVES = (
