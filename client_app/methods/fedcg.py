@@ -213,15 +213,21 @@ def oracle_domains(rt: ClientRuntime, num_domains: int) -> torch.Tensor:
     return truth.to(rt.device)
 
 
+def _received_models(rt: ClientRuntime, content: RecordDict, split: str):
+    """What a train or evaluate message starts from: the settings, the FedCG model and the domain
+    classifier it carries, and the client's `split` tensors."""
+    settings = client_settings(rt.cfg)
+    model = fedcg_model(rt, settings, content[MODEL], content[GRAPH])
+    student = domain_classifier(rt, settings.section, content[STUDENT])
+    return settings, model, student, *rt.tensors(split)
+
+
 def train(message: Message, context: Context) -> Message:
     rt = client_runtime(message, context)
-    settings = client_settings(rt.cfg)
-    s = settings.section
     ins = FedCGTrain.read(message.content[CONFIG])
     content = message.content
-    model = fedcg_model(rt, settings, content[MODEL], content[GRAPH])
-    student = domain_classifier(rt, s, content[STUDENT])
-    x, y = rt.tensors("train")
+    settings, model, student, x, y = _received_models(rt, content, "train")
+    s = settings.section
     d = s.domains
     teacher = None
     if ins.client_domain is not None:  # clustering=kmeans: one domain per client
@@ -260,13 +266,10 @@ def train(message: Message, context: Context) -> Message:
 
 def evaluate(message: Message, context: Context) -> Message:
     rt = client_runtime(message, context)
-    settings = client_settings(rt.cfg)
-    s = settings.section
     ins = EvaluateInstructions.read(message.content[CONFIG])
     content = message.content
-    model = fedcg_model(rt, settings, content[MODEL], content[GRAPH])
-    student = domain_classifier(rt, s, content[STUDENT])
-    x, y = rt.tensors("test")
+    settings, model, student, x, y = _received_models(rt, content, "test")
+    s = settings.section
     d = s.domains
     probabilities = domain_probabilities(student, x)
     student_domains = probabilities.argmax(dim=1)
