@@ -14,6 +14,8 @@ Markers in a docs page, filled in place by `python -m docs.gen` (and at every bu
     <!-- gen:results NAME [NAME ...] -->  ...  <!-- /gen -->
     <!-- gen:method-results METHOD -->  ...  <!-- /gen -->  (every committed comparison it ran in)
     <!-- gen:suite-delta FOLDER -->  ...  <!-- /gen -->   (the suite's Δ matrix from its suite.json)
+    <!-- gen:block NAME -->  ...  <!-- /gen -->  (a table or sentences of the method pages that cite
+                                                  committed results: docs/blocks/)
 
 `python -m docs.gen results --out DIR` re-renders every results Markdown file and plot (Markdown
 and PNG) from the committed JSON into DIR; the suite's per-cell Markdown and plots are not committed,
@@ -310,9 +312,13 @@ def fill(text: str, page: Path) -> str:
             body = "\n\n".join(method_results(method, prefix) for method in args)
         elif kind == "suite-delta":
             body = "\n\n".join(suite_delta(folder, prefix) for folder in args)
+        elif kind == "block":
+            from docs import blocks
+
+            body = "\n\n".join(blocks.render(name, prefix) for name in args)
         else:
             raise ValueError(f"docs/{page}: unknown marker 'gen:{kind}' "
-                             "(allowed: settings, results, method-results, suite-delta)")
+                             "(allowed: settings, results, method-results, suite-delta, block)")
         return f"<!-- gen:{kind}{match.group(2)} -->\n{body}\n<!-- /gen -->"
 
     return MARKER.sub(generated, text)
