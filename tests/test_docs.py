@@ -136,3 +136,86 @@ def test_the_readme_is_short_and_links_a_page_for_every_moved_section():
              "robustness-suite", "benchmarks", "api", "methods/overview", "methods/flt", "methods/sfl",
              "methods/fedska", "methods/fedu", "methods/fedcg", "methods/baselines"}
     assert {f"docs/{name}.md" for name in moved} <= set(links)
+
+
+# --- the method pages: every number cited from results is generated -------------------------------
+METHOD_PAGES = sorted((gen.DOCS / "methods").glob("*.md"))
+# tables a method page may hold outside a generated block: settings and link tables, no results
+NON_RESULTS_TABLES = {
+    "| key | default | meaning |",
+    "| key | default | paper / spec | why (measured in the results below) |",
+    "| `sfl.graph` | prior A |",
+    "| method | page |",
+}
+# what only a measurement writes: a percentage (not the "best 5%" / "worst 5%" of a column name), a
+# ratio (3.9×, not 3×3), a ± or an arrow between decimals (91.5 → 97.3, not k = 5 → 3)
+RESULT_LIKE = re.compile(r"(?<!best )(?<!worst )\b\d+(?:\.\d+)?\s?(?:%|×(?!\d))|±|\d\.\d+\s?→\s?\d")
+
+
+def hand_written(text: str) -> str:
+    """A page without its generated blocks, code blocks, inline code and HTML comments."""
+    text = gen.MARKER.sub("", text)
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    text = re.sub(r"<!--.*?-->", "", text, flags=re.S)
+    return re.sub(r"`[^`\n]*`", "", text)
+
+
+def tables_outside_blocks(text: str) -> list[str]:
+    """The header row of every Markdown table outside the generated blocks."""
+    lines = gen.MARKER.sub("", text).splitlines()
+    return [line.strip() for i, line in enumerate(lines)
+            if line.startswith("|") and (i == 0 or not lines[i - 1].startswith("|"))]
+
+
+def test_the_method_pages_have_no_results_table_outside_a_generated_block():
+    assert len(METHOD_PAGES) >= 13
+    found = {f"{p.name}: {h}" for p in METHOD_PAGES for h in tables_outside_blocks(p.read_text())
+             if h not in NON_RESULTS_TABLES}
+    assert found == set(), "a results table must be generated (docs/blocks/, gen:block)"
+
+
+def test_the_method_pages_write_no_measured_number_by_hand():
+    """Outside the generated blocks no percentage, ratio, ± or before → after of numbers: prose that
+    cites a result has its sentence generated (docs/blocks/)."""
+    found = [f"{p.name}: …{m.string[max(0, m.start() - 40):m.end() + 20]}…".replace("\n", " ")
+             for p in METHOD_PAGES for m in RESULT_LIKE.finditer(hand_written(p.read_text()))]
+    assert found == []
+
+
+def test_the_checks_catch_a_hand_written_result():
+    page = "| q | sfl |\n|---|---:|\n| 2 | 97.31 |\n\nSFL is 8.7 points above, 3.9× the mean (91.5 → 97.3).\n"
+    assert tables_outside_blocks(page) == ["| q | sfl |"]
+    assert len(RESULT_LIKE.findall(hand_written(page))) == 2
+    generated = "<!-- gen:block sfl-scale -->\n| q | sfl |\n3.9× and 91.5 → 97.3\n<!-- /gen -->\n"
+    assert tables_outside_blocks(generated) == [] and RESULT_LIKE.findall(hand_written(generated)) == []
+    assert RESULT_LIKE.findall("Conv3×3, 28×28 images, 2×2 pooling, k = 5 → 3, worst 5%") == []
+
+
+def test_every_generated_block_reads_only_committed_results():
+    """Each block of docs/blocks/ is used on a page and reads files tracked by git under
+    benchmarks/results/ (never outputs/ or a local run)."""
+    from docs import blocks
+
+    used = {name for p in gen.pages() for kind, args in re.findall(
+        r"<!-- gen:([\w-]+)((?: (?!-->)[^ \n]+)*) -->", p.read_text()) if kind == "block"
+        for name in args.split()}
+    assert used == set(blocks.names())
+    tracked = set(subprocess.run(["git", "ls-files", "benchmarks/results"], cwd=REPO, text=True,
+                                 capture_output=True, check=True).stdout.split())
+    for name in blocks.names():
+        _, paths = blocks.generate(name)
+        assert paths, name
+        assert {p.relative_to(REPO).as_posix() for p in paths} <= tracked, name
+
+
+def test_a_run_table_is_read_from_markdown_only_when_its_json_was_never_committed():
+    from docs.blocks import data
+
+    run = data.markdown_run("suite/diagnosis/d1")
+    assert run.get("sfl", "mean") == 36.17 and run.get("fedavg", "global+FT mean") is None
+    import pytest
+
+    with pytest.raises(ValueError, match="is committed"):
+        data.markdown_run("default-job")
+    with pytest.raises(ValueError, match="not under benchmarks/results"):
+        data.raw("../../pyproject")

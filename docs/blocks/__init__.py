@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Callable
+from pathlib import Path
 
 from docs.blocks import data
 
@@ -40,8 +41,8 @@ def _load() -> None:
             importlib.import_module(f"{__name__}.{info.name}")
 
 
-def render(name: str, prefix: str = "") -> str:
-    """The Markdown of block `name`, followed by the committed files it was generated from."""
+def generate(name: str, prefix: str = "") -> tuple[str, list[Path]]:
+    """The Markdown of block `name` and the committed files it read."""
     if not BLOCKS:
         _load()
     if name not in BLOCKS:
@@ -54,9 +55,22 @@ def render(name: str, prefix: str = "") -> str:
         data._current.pop()
     if not sources.paths:
         raise ValueError(f"docs: block '{name}' read no committed result")
-    links = ", ".join(data.source_link(p, prefix) for p in sources.paths)
+    return body, sources.paths
+
+
+def render(name: str, prefix: str = "") -> str:
+    """The Markdown of block `name`, followed by the committed files it was generated from."""
+    body, paths = generate(name, prefix)
+    links = ", ".join(data.source_link(p, prefix) for p in paths)
     note = ""
-    if any(p.suffix == ".md" for p in sources.paths):
+    if any(p.suffix == ".md" for p in paths):
         note = (f" {data.JSON_LESS}: read from the committed Markdown page of a run whose JSON was "
                 "never committed (its only record).")
     return f"{body}\n\n<small>Generated from {links}.{note}</small>"
+
+
+def names() -> list[str]:
+    """Every registered block."""
+    if not BLOCKS:
+        _load()
+    return sorted(BLOCKS)
