@@ -20,7 +20,7 @@ BASE: dict[str, Any] = {
     "dataset": "digits", "model": "mclr", "partition": "label-clusters", "num-clusters": 2,
     "labels-per-cluster": 5, "num-clients": 6, "num-rounds": 3, "local-epochs": 1, "batch-size": 32,
     "lr": 0.05, "max-samples-per-client": 120, "finetune-epochs": 1, "fraction-train": 0.5,
-    "checkpoint-every": 0, "seed": 3,
+    "checkpoint-every": 0, "seed": 3, "safeguard": "off",  # the paper's behaviour; the safeguard cases set "mix"
 }
 
 # Per case (a method, or a method's paper flags under another name with its own "method"): what a
