@@ -54,6 +54,12 @@ CASES: dict[str, dict[str, Any]] = {
     "fedska-fused": {"method": "fedska", "fedska.k": 2, "fedska.structure-steps": 2},  # the default
     "fedu": {},
     "fedu-reference": {"method": "fedu", "fedu.untrained": "initial"},  # untrained rows keep w0
+    # the safeguard (the default; BASE pins the paper's behaviour): the train.local, train.sfl and
+    # train.fedska paths, 4 rounds so that clients mix with an own model
+    "sfl-safeguard": {"method": "sfl", "safeguard": "mix", "num-rounds": 4},
+    "fedska-safeguard": {"method": "fedska", "safeguard": "mix", "num-rounds": 4, "fedska.k": 2,
+                         "fedska.structure-steps": 2},
+    "fedu-safeguard": {"method": "fedu", "safeguard": "mix", "num-rounds": 4},
 }
 
 # What a round record keeps for the comparison: the results, not the time they took.
