@@ -7,7 +7,9 @@ client uses the global model. With the safeguard on (graph methods, `client_app.
 client tests the best mix of its own last model with `personal` (or `global`), and reports the own
 model's weight as `safeguard-own`; with `finetune-epochs` > 0 its `finetuned-*` are then that model
 after the local epochs (on the train split outside the held-out slice), the counterpart of
-"global + local epochs" for a method that hands each client its own model.
+"global + local epochs" for a method that hands each client its own model, and the fine-tuned model
+becomes the client's own model (so a client not sampled for training still refines it, as every
+client refines the global model under FedAvg + fine-tuning).
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ def evaluate(message: Message, context: Context) -> Message:
                 )
                 fields.update(result_fields(test_model(model, x_test, y_test, ins.batch_size, scale),
                                             "finetuned_"))
+                safeguard.keep_own(context, rt.client_id, model, ins)  # the client's newest own model
     if used is None:
         raise ValueError(f"evaluate needs an ArrayRecord '{GLOBAL}' or '{PERSONAL}'")
     reply = EvaluateReply(
