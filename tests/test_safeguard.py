@@ -198,3 +198,17 @@ def test_bad_safeguard_settings_fail_naming_the_key():
         RunConfig.from_flower({**default_run_config(), "safeguard": "always"})
     with pytest.raises(ValueError, match="safeguard-holdout"):
         RunConfig.from_flower({**default_run_config(), "safeguard-holdout": 0.7})
+
+
+def test_evaluation_fine_tunes_the_used_model_and_keeps_it_as_the_own_model(node):
+    cfg, context = node
+    _train(context, _model(cfg, 1), **GUARD)
+    before = safeguard.own_model(context, 0).to_torch_state_dict()
+    reply = _evaluate(context, _model(cfg, 4), finetune_epochs=1, **GUARD)
+    assert reply.finetuned_accuracy is not None and reply.global_accuracy is None
+    after = safeguard.own_model(context, 0).to_torch_state_dict()
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    fresh = Context(run_id=1, node_id=context.node_id, node_config=context.node_config,
+                    state=RecordDict(), run_config=context.run_config)
+    paper = _evaluate(fresh, _model(cfg, 4), finetune_epochs=1)  # off: personal is only tested
+    assert paper.finetuned_accuracy is None and safeguard.own_model(fresh, 0) is None
