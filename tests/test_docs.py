@@ -289,3 +289,12 @@ def test_a_run_table_is_read_from_markdown_only_when_its_json_was_never_committe
         data.markdown_run("default-job")
     with pytest.raises(ValueError, match="not under benchmarks/results"):
         data.raw("../../pyproject")
+
+
+def test_a_block_refuses_a_suite_folder_that_ran_another_setting_than_it_says():
+    from docs.blocks import data
+
+    data.expect_setting(["suite/fedska-k3-seed0"], "fedska.k", [3])
+    with pytest.raises(ValueError, match="fedska.k = 3, not 5"):
+        data.expect_setting(["suite/fedska-k3-seed0"], "fedska.k", [5])
+    data.expect_setting(["suite/label-clusters-seed0"], "fedu.untrained", [data.MISSING, "initial"])

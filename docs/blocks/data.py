@@ -259,6 +259,26 @@ def suite(*folders: str, baselines_from: Sequence[str] = ()) -> Suite:
                  suite(*baselines_from) if baselines_from else None)
 
 
+MISSING = object()  # a setting the run's code did not have yet
+
+
+def expect_setting(folders: Sequence[str], key: str, allowed: Sequence[Any]) -> None:
+    """Fail unless every per-cell run of these suite folders recorded `key` as one of `allowed`
+    (`MISSING`: the key did not exist when it ran). A block that labels a folder by the setting it
+    ran with ("k = 5", "γ = 1") then cannot keep that label over a folder re-run with another."""
+    for folder in folders:
+        cells = [p for p in sorted((RESULTS / folder).glob("*.json")) if p.name != "suite.json"]
+        if not cells:
+            raise FileNotFoundError(f"docs: no per-cell results in benchmarks/results/{folder}/")
+        for path in cells:
+            value = _load(path).get("settings", {}).get(key, MISSING)
+            if value not in allowed:
+                shown = "missing" if value is MISSING else repr(value)
+                raise ValueError(f"docs: {path.relative_to(REPO)} ran with {key} = {shown}, not "
+                                 f"{' or '.join('missing' if a is MISSING else repr(a) for a in allowed)}"
+                                 " as the page says")
+
+
 # --- committed Markdown of runs whose JSON was not committed ---------------------------------------
 @dataclass
 class MarkdownRun:

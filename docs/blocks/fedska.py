@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from docs.blocks import block
-from docs.blocks.data import (NOT_RECORDED, compare, joined, mean, num, pct, signed, span, suite,
-                              table, times)
+from docs.blocks.data import (NOT_RECORDED, compare, expect_setting, joined, mean, num, pct, signed,
+                              span, suite, table, times)
 
 QS = (2, 5, 10)
 SETTINGS = ("shards", "label-clusters", "domains", "dirichlet")
@@ -26,12 +26,14 @@ def _note(prefix: str) -> str:
 
 
 def _k5():
+    expect_setting(SEED_FOLDERS, "fedska.k", [5])
     return suite(*SEED_FOLDERS)
 
 
 @block("fedska-defaults")
 def defaults(prefix: str) -> str:
     k5 = _k5()
+    expect_setting([f"{DIAG}/fedska-k10-seed0"], "fedska.k", [10])
     k10 = suite(f"{DIAG}/fedska-k10-seed0")
     start_global = suite(f"{DIAG}/fedska-start-global-seed0", baselines_from=SEED_FOLDERS)
     main = suite("suite")
@@ -69,6 +71,7 @@ def defaults(prefix: str) -> str:
 def k3(prefix: str) -> str:
     """k = 5 → 3 in every cell, 3 seeds: Δ vs max(FedAvg, Local) and the share of S."""
     k5 = _k5()
+    expect_setting(K3_FOLDERS, "fedska.k", [3])
     k3s = suite(*K3_FOLDERS, baselines_from=SEED_FOLDERS)
     rows = []
     for setting in SETTINGS:
@@ -87,6 +90,9 @@ def k3(prefix: str) -> str:
 def descriptor_age(prefix: str) -> str:
     k5 = _k5()
     ages = {a: suite(f"{DIAG}/fedska-descriptor-age{a}") for a in (5, 3)}
+    for a in ages:
+        expect_setting([f"{DIAG}/fedska-descriptor-age{a}"], "fedska.k", [5])
+        expect_setting([f"{DIAG}/fedska-descriptor-age{a}"], "fedska.descriptor-max-age", [a])
     cells = ("label-clusters", "domains")
     share = lambda s: joined(num(s.share(c, 0.2, "fedska")) for c in cells)  # noqa: E731
     acc = lambda s: joined(num(s.value(c, 0.2, "fedska")) for c in cells)  # noqa: E731

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from docs.blocks import block
-from docs.blocks.data import joined, num, signed, suite, table
+from docs.blocks.data import MISSING, expect_setting, joined, num, signed, suite, table
 
 SETTINGS = ("shards", "label-clusters", "domains", "dirichlet")
 SEED_FOLDERS = tuple(f"suite/{s}-seed{i}" for s in ("label-clusters", "domains", "shards-dirichlet")
@@ -14,6 +14,8 @@ NEIGHBOURS = tuple(f"suite/fedu-neighbours-seed{i}" for i in (0, 1, 2))
 @block("fedu-untrained")
 def untrained(prefix: str) -> str:
     """`initial` against `neighbours` in every cell, 3 seeds."""
+    expect_setting(SEED_FOLDERS, "fedu.untrained", [MISSING, "initial"])
+    expect_setting(NEIGHBOURS, "fedu.untrained", ["neighbours"])
     old, new = suite(*SEED_FOLDERS), suite(*NEIGHBOURS)
     rows = []
     for rho in (1.0, 0.2):
@@ -30,6 +32,9 @@ def untrained(prefix: str) -> str:
 @block("fedu-lambda")
 def lam(prefix: str) -> str:
     """FedU with λ = 0.1 (the suite, seed 0, `fedu.untrained=initial`), 1 and 10."""
+    expect_setting(SEED_FOLDERS, "fedu.untrained", [MISSING, "initial"])
+    for lam_ in (1, 10):
+        expect_setting([f"suite/diagnosis/fedu-lambda{lam_}-seed0"], "fedu.lambda", [float(lam_)])
     base = suite(*SEED_FOLDERS)
     runs = {"0.1": base, "1": suite("suite/diagnosis/fedu-lambda1-seed0"),
             "10": suite("suite/diagnosis/fedu-lambda10-seed0")}

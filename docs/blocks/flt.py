@@ -4,8 +4,8 @@ cost at scale."""
 from __future__ import annotations
 
 from docs.blocks import block
-from docs.blocks.data import (NOT_RECORDED, compare, joined, num, pct, raw, signed, span, suite,
-                              table, times)
+from docs.blocks.data import (MISSING, NOT_RECORDED, compare, expect_setting, num, pct, raw, signed,
+                              span, suite, table, times)
 
 DIAG = "suite/diagnosis"
 SETTINGS = ("shards", "label-clusters", "domains", "dirichlet")
@@ -69,6 +69,11 @@ def defaults(prefix: str) -> str:
 @block("flt-relative")
 def relative(prefix: str) -> str:
     """Δ vs max(FedAvg, Local) per cell under each threshold rule, mean of 3 seeds."""
+    expect_setting(SEED_FOLDERS, "flt.threshold", [MISSING, "absolute"])
+    expect_setting(SEED_FOLDERS, "flt.gamma", [1.0])
+    for rel, folders in RELATIVE.items():
+        expect_setting(folders, "flt.threshold", ["relative"])
+        expect_setting(folders, "flt.relative-gamma", [float(rel)])
     rules = [("γ = 1 (absolute)", suite(*SEED_FOLDERS))]
     rules += [(f"{rel} × median" if rel != "0.05" else f"**{rel} × median**", suite(*folders))
               for rel, folders in RELATIVE.items()]
