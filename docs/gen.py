@@ -280,7 +280,7 @@ def settings_table(section: str) -> str:
 
     sections = registry.sections()
     if section not in sections:
-        raise KeyError(f"docs: no settings section '{section}'; registered: {', '.join(sorted(sections))}")
+        return common_settings_table(section, sorted(sections))
     model = sections[section]
     comments: dict[str, str] = {}
     for klass in reversed(model.__mro__):  # inherited fields keep their own comments
@@ -294,6 +294,25 @@ def settings_table(section: str) -> str:
         key = f"{section}.{field.alias or name}"
         meaning = comments.get(name, "").replace("|", "\\|")
         rows.append(f"| `{key}` | {_allowed(field)} | {_default(field.default)} | {meaning} |")
+    return "\n".join(rows)
+
+
+def common_settings_table(prefix: str, sections: list[str]) -> str:
+    """The common run-config keys named `<prefix>` or `<prefix>-*` (e.g. `safeguard`), as
+    `settings_table` shows a method's section."""
+    from strategies.shared.run_config import RunConfig
+
+    comments = field_comments(RunConfig)
+    fields = [(name, field) for name, field in RunConfig.model_fields.items()
+              if (field.alias or name) == prefix or (field.alias or name).startswith(prefix + "-")]
+    if not fields:
+        raise KeyError(f"docs: no settings section or common keys '{prefix}'; sections: "
+                       f"{', '.join(sections)}")
+    rows = ["| key | allowed | default | meaning (from the source) |", "|---|---|---|---|"]
+    for name, field in fields:
+        meaning = comments.get(name, "").replace("|", "\\|")
+        rows.append(f"| `{field.alias or name}` | {_allowed(field)} | {_default(field.default)} | "
+                    f"{meaning} |")
     return "\n".join(rows)
 
 
