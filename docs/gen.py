@@ -7,8 +7,10 @@
   ...), so a results page's numbers are the JSON's. Compact tables of comparisons go into the
   method pages between markers.
 
-Markers in a docs page, filled in place by `python -m docs.gen` (and at every build by
-`docs/hooks.py`; `python -m docs.gen --check` fails when a committed page is stale):
+Markers in a docs page or in README.md, filled in place by `python -m docs.gen` (and, for the docs
+pages, at every build by `docs/hooks.py`; `python -m docs.gen --check` fails when a committed page is
+stale). README.md links results as `benchmarks/results/<name>.md` (the committed Markdown on GitHub),
+a docs page as `results/<name>.md` (the site's page):
 
     <!-- gen:settings SECTION -->  ...  <!-- /gen -->
     <!-- gen:results NAME [NAME ...] -->  ...  <!-- /gen -->
@@ -37,8 +39,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+# the link prefix of README.md: `{prefix}results/<name>.md` is then `benchmarks/results/<name>.md`
+from docs.blocks.data import README_PREFIX
+
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
+README = REPO / "README.md"
 RESULTS = REPO / "benchmarks" / "results"
 MARKER = re.compile(r"<!-- gen:([\w-]+)((?: (?!-->)[^ \n]+)*) -->\n.*?<!-- /gen -->", re.S)
 
@@ -317,9 +323,17 @@ def common_settings_table(prefix: str, sections: list[str]) -> str:
 
 
 # --- markers ---------------------------------------------------------------------------------------
+def link_prefix(page: Path) -> str:
+    """The prefix of a results link on `page` (relative to docs/, or README.md's absolute path)."""
+    if page == README:
+        return README_PREFIX
+    return "../" * (len(page.parts) - 1)
+
+
 def fill(text: str, page: Path) -> str:
-    """`text` (the page at `page`, relative to docs/) with every marker's content regenerated."""
-    prefix = "../" * (len(page.parts) - 1)
+    """`text` (the page at `page`, relative to docs/; or README.md) with every marker's content
+    regenerated."""
+    prefix = link_prefix(page)
 
     def generated(match: re.Match[str]) -> str:
         kind, args = match.group(1), match.group(2).split()
@@ -347,6 +361,16 @@ def pages() -> Iterator[Path]:
     yield from sorted(p for p in DOCS.rglob("*.md"))
 
 
+def generated_pages() -> Iterator[Path]:
+    """Every page whose markers `python -m docs.gen` fills: the docs pages and README.md."""
+    yield from pages()
+    yield README
+
+
+def _relative(path: Path) -> Path:
+    return README if path == README else path.relative_to(DOCS)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m docs.gen", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command")
@@ -363,9 +387,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{count} results pages written under {args.out}")
         return 0
     stale = []
-    for path in pages():
+    for path in generated_pages():
         text = path.read_text()
-        new = fill(text, path.relative_to(DOCS))
+        new = fill(text, _relative(path))
         if new != text:
             stale.append(path.relative_to(REPO))
             if not args.check:

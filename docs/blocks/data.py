@@ -193,7 +193,16 @@ def compare(name: str) -> Comparison:
 
 
 # --- benchmarks.suite ------------------------------------------------------------------------------
-BASELINES = ("fedavg", "local")
+def baselines_of(label: str) -> tuple[str, ...]:
+    """The baseline rows a suite row's Δ is taken against, as `benchmarks.suite` takes them:
+    max(FedAvg, FedAvg+FT, Local), run with the same model (the `(cnn)` rows against the `(cnn)`
+    baselines); a baseline a run lacks is left out of the max."""
+    from benchmarks import suite as module
+
+    return module._baselines_of(label)
+
+
+BASELINES = baselines_of("fedavg")
 
 
 @dataclass
@@ -217,6 +226,41 @@ class Suite:
                            f"{setting} ρ={rho:g} seed {seed}")
         return found[0]
 
+    @property
+    def settings(self) -> list[str]:
+        """The settings of the suite, in its order (each folder's `settings`, joined)."""
+        return list(dict.fromkeys(self.data.get("settings") or [r["setting"] for r in self.data["results"]]))
+
+    @property
+    def rhos(self) -> list[float]:
+        return list(dict.fromkeys(self.data.get("rhos") or [r["rho"] for r in self.data["results"]]))
+
+    def cells(self) -> list[tuple[str, float]]:
+        """(setting, ρ) of every cell some row ran, in the suite's order."""
+        ran = {(r["setting"], r["rho"]) for r in self.data["results"]}
+        return [(s, rho) for s in self.settings for rho in self.rhos if (s, rho) in ran]
+
+    def labels(self, setting: str | None = None, rho: float | None = None) -> list[str]:
+        """Every row label (method, or e.g. `ifca (C=3)`), in the order the suite ran them."""
+        return list(dict.fromkeys(r["label"] for r in self.rows(setting, rho)))
+
+    def has(self, label: str, setting: str | None = None, rho: float | None = None) -> bool:
+        return bool(self.rows(setting, rho, label=label))
+
+    def best_baseline(self, setting: str, rho: float, label: str = "fedavg",
+                      seeds: Sequence[int] | None = None) -> float | None:
+        """Seed mean of max(baselines of `label`) on a cell: what the Δ of `label` is taken from."""
+        base_suite = self.baselines_from or self
+        values = []
+        for seed in sorted({r["seed"] for r in base_suite.rows(setting, rho)}):
+            if seeds is not None and seed not in seeds:
+                continue
+            base = [b["mean"] for b in base_suite.rows(setting, rho, seed)
+                    if b["label"] in baselines_of(label) and b["mean"] is not None]
+            if base:
+                values.append(max(base))
+        return mean(values)
+
     def seeds(self, setting: str, rho: float, label: str) -> list[int]:
         return sorted(r["seed"] for r in self.rows(setting, rho, label=label))
 
@@ -236,15 +280,16 @@ class Suite:
 
     def delta(self, setting: str, rho: float, label: str,
               seeds: Sequence[int] | None = None) -> float | None:
-        """Seed mean of (mean − max(FedAvg, Local) of the same seed), as the suite's Δ matrix; the
-        baselines come from `baselines_from` when this suite did not run them."""
+        """Seed mean of (mean − max(FedAvg, FedAvg+FT, Local) of the same seed), as the suite's Δ
+        matrix (`baselines_of`); the baselines come from `baselines_from` when this suite did not
+        run them."""
         base_suite = self.baselines_from or self
         deltas = []
         for r in self.rows(setting, rho, label=label):
             if seeds is not None and r["seed"] not in seeds:
                 continue
             base = [b["mean"] for b in base_suite.rows(setting, rho, r["seed"])
-                    if b["label"] in BASELINES and b["mean"] is not None]
+                    if b["label"] in baselines_of(label) and b["mean"] is not None]
             if r["mean"] is not None and base:
                 deltas.append(r["mean"] - max(base))
         return mean(deltas)
@@ -254,8 +299,11 @@ def suite(*folders: str, baselines_from: Sequence[str] = ()) -> Suite:
     """The suite.json of `benchmarks/results/<folder>/`, or the rows of several joined (suites run
     one seed or setting per folder); `baselines_from`: the folders whose FedAvg and Local rows the
     Δ uses (suites that ran one method only)."""
-    rows = [row for folder in folders for row in raw(f"{folder}/suite")["results"]]
-    return Suite(" + ".join(folders), {"results": rows},
+    stored = [raw(f"{folder}/suite") for folder in folders]
+    rows = [row for data in stored for row in data["results"]]
+    settings = list(dict.fromkeys(s for data in stored for s in data.get("settings", ())))
+    rhos = list(dict.fromkeys(rho for data in stored for rho in data.get("rhos", ())))
+    return Suite(" + ".join(folders), {"results": rows, "settings": settings, "rhos": rhos},
                  suite(*baselines_from) if baselines_from else None)
 
 
@@ -337,9 +385,16 @@ def site_page(path: Path) -> str | None:
     return page.relative_to(RESULTS).as_posix()
 
 
+# the link prefix of README.md (docs.gen.README_PREFIX): results link to their committed Markdown
+README_PREFIX = "benchmarks/"
+
+
 def source_link(path: Path, prefix: str) -> str:
-    """`path` as a link to its results page, or as a path when the site has none."""
+    """`path` as a link to its results page, or as a path when the site has none (in README.md:
+    when no Markdown of it is committed)."""
     rel = path.relative_to(REPO).as_posix()
     page = site_page(path)
+    if page and prefix == README_PREFIX and not (RESULTS / page).is_file():
+        page = None
     label = path.relative_to(RESULTS).as_posix()
     return f"[`{label}`]({prefix}results/{page})" if page else f"`{rel}`"
