@@ -389,6 +389,11 @@ def site_page(path: Path) -> str | None:
 README_PREFIX = "benchmarks/"
 
 
+def docs_link(prefix: str) -> str:
+    """The prefix of a link from a generated block to a docs page (`docs/` in README.md)."""
+    return "docs/" if prefix == README_PREFIX else prefix
+
+
 def source_link(path: Path, prefix: str) -> str:
     """`path` as a link to its results page, or as a path when the site has none (in README.md:
     when no Markdown of it is committed)."""
