@@ -68,6 +68,7 @@ def first_run_reading(prefix: str) -> str:
     loads = [v for name in ("first-run", "first-run-runs") for s in _steps(name)[1].values()
              for v in (s["load-before"], s["load-after"])]
     method = c.methods[0]
+    commits = {_steps(name)[0]["code"]["commit"] for name in ("first-run", "first-run-runs")}
     return (
         f"The same job in one process (`python -m benchmarks.compare --methods {method} ...`, no "
         f"SuperLink or Ray) took {num(c.get(method, 'wall-seconds'), 1)} s for {_name(method)} "
@@ -76,9 +77,11 @@ def first_run_reading(prefix: str) -> str:
         f"shared {c.data['machine']['cores']} cores with load averages of {span(loads, 0)}, and no "
         f"run on an idle machine was measured. The {len(runs)} `flwr run`s ended at "
         + ", ".join(f"{num(v)} %" for v in means)
-        + f" personalized mean (the in-process run: {num(c.pers(method))} %): the "
-        "federation in a `flwr run` is not the in-process one (another process layout and "
-        "sampling order), so expect its accuracy to differ from the committed comparison's.")
+        + f" personalized mean, {num(max(means) - min(means), 1)} points apart; the in-process "
+        f"comparison: {num(c.pers(method))} %"
+        + (f" (it ran the code of commit {c.data['code']['commit']}, the timed runs that of "
+           f"{', '.join(sorted(commits))})" if commits - {c.data["code"]["commit"]} else "")
+        + ".")
 
 
 # --- Which method when -----------------------------------------------------------------------------
