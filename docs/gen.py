@@ -35,6 +35,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import markdown_table
+
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
 RESULTS = REPO / "benchmarks" / "results"
@@ -181,7 +183,7 @@ def method_results(method: str, link_prefix: str = "") -> str:
     """Every committed comparison that ran `method`: its setting, the method's mean / worst 5%
     personalized accuracy, FedAvg's mean and the best method's (regression: MAE, lower is better)."""
     compare = importlib.import_module("benchmarks.compare")
-    rows = ["| results | setting | mean / worst 5% | FedAvg mean | best (mean) |", "|---|---|---:|---:|---|"]
+    rows = []
     for path in sorted(RESULTS.glob("*.json")):
         data = json.loads(path.read_text())
         if not isinstance(data, dict) or method not in data.get("methods", ()) or "summaries" not in data:
@@ -207,12 +209,12 @@ def method_results(method: str, link_prefix: str = "") -> str:
             own = f"{compare._num(pers.get('mean'))} / {compare._num(pers.get('worst-5%'))}"
             fedavg = compare._num(score(summaries["fedavg"])) if "fedavg" in summaries else compare.DASH
             shown = f"{best} ({compare._num(score(summaries[best]))})"
-        rows.append(f"| [`{path.stem}`]({link_prefix}results/{path.stem}.md) | {setting} | {own} | "
-                    f"{fedavg} | {shown} |")
-    if len(rows) == 2:
+        rows.append((f"[`{path.stem}`]({link_prefix}results/{path.stem}.md)", setting, own, fedavg, shown))
+    if not rows:
         return (f"No committed `benchmarks.compare` comparison ran `{method}`; its results are in the "
                 "sections above and in the robustness suite.")
-    return "\n".join(rows)
+    return "\n".join(markdown_table(["results", "setting", "mean / worst 5%", "FedAvg mean", "best (mean)"],
+                                    "llrrl", rows))
 
 
 def suite_delta(folder: str, link_prefix: str = "") -> str:
@@ -287,12 +289,12 @@ def settings_table(section: str) -> str:
                 comments.update(field_comments(klass))
             except (OSError, TypeError, SyntaxError, IndexError):
                 pass
-    rows = ["| key | allowed | default | meaning (from the source) |", "|---|---|---|---|"]
+    rows = []
     for name, field in model.model_fields.items():
         key = f"{section}.{field.alias or name}"
         meaning = comments.get(name, "").replace("|", "\\|")
-        rows.append(f"| `{key}` | {_allowed(field)} | {_default(field.default)} | {meaning} |")
-    return "\n".join(rows)
+        rows.append((f"`{key}`", _allowed(field), _default(field.default), meaning))
+    return "\n".join(markdown_table(["key", "allowed", "default", "meaning (from the source)"], "llll", rows))
 
 
 # --- markers ---------------------------------------------------------------------------------------
