@@ -70,10 +70,9 @@ def measure(clients: int, mmap_bytes: int, rounds: int, trained: int, directory:
         "partition": "label-clusters", "num-clients": clients, "max-samples-per-client": 5,
         "num-rounds": rounds, "fraction-train": min(1.0, trained / clients),
         "client-matrix-mmap-bytes": mmap_bytes, "output-dir": str(directory)})
-    strategy = build_strategy(cfg)
-    strategy.matrix_storage = ClientMatrixStorage(cfg.client_matrix_mmap_bytes, directory)
+    strategy = build_strategy(cfg, ClientMatrixStorage(cfg.client_matrix_mmap_bytes, directory))
     arrays = initial_arrays(cfg)
-    strategy.bind(arrays, None)
+    strategy.bind(arrays)
     generator = torch.Generator().manual_seed(0)
     for server_round in range(1, rounds + 1):
         chosen = torch.randperm(clients, generator=generator)[:trained].tolist()

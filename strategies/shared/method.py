@@ -14,9 +14,11 @@ from strategies.shared.settings import MethodSettings
 if TYPE_CHECKING:
     from flwr.serverapp.strategy import Strategy
 
+    from strategies.shared.client_matrix import ClientMatrixStorage
     from strategies.shared.run_config import RunConfig
 
-StrategyBuilder = Callable[["RunConfig"], "Strategy"]
+# A strategy builder: (run config, where the strategy keeps its per-client matrices) -> the strategy.
+StrategyBuilder = Callable[["RunConfig", "ClientMatrixStorage"], "Strategy"]
 # A client handler: a callable (message, context) -> message, or "module:function" imported on use.
 ClientHandler = Callable[..., Any] | str
 
@@ -25,7 +27,8 @@ ClientHandler = Callable[..., Any] | str
 class Method:
     """One registered method.
 
-    `section`: the run-config section of its settings (`<section>.<key>`; several methods may share
+    `build(cfg, storage)`: its strategy, its per-client matrices (if it keeps any) allocated by
+    `storage` (`strategies.shared.client_matrix.ClientMatrixStorage`). `section`: the run-config section of its settings (`<section>.<key>`; several methods may share
     one, e.g. `sfl` for sfl and sfl-star) with `settings` its model. `client`: the handlers of the
     message types only this method sends (`train.<action>`, `query.<action>`, `evaluate.<action>`);
     the generic `train` / `evaluate` handlers serve every method. `limits`: fields of the section that

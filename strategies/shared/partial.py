@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
+from strategies.shared.client_matrix import ClientMatrixStorage
 from strategies.shared.messages import CONFIG, PERSONAL, TRAIN_LOCAL
 from strategies.shared.params import ParameterLayout
 from strategies.shared.personalized import PersonalizedStrategy
@@ -52,8 +53,9 @@ class PartialSharing(PersonalizedStrategy):
     shared_part: str
 
     def __init__(self, num_clients: int, fraction_train: float, aggregation: str = "mean",
-                 trim_fraction: float = 0.2) -> None:
-        super().__init__(num_clients, fraction_train, aggregation, trim_fraction)
+                 trim_fraction: float = 0.2, *, matrix_storage: ClientMatrixStorage | None = None) -> None:
+        super().__init__(num_clients, fraction_train, aggregation, trim_fraction,
+                         matrix_storage=matrix_storage)
         self.mask: torch.Tensor | None = None  # [P] True where shared
         self.shared: torch.Tensor | None = None  # g [P] (only the masked columns are used)
         self._trained: list[tuple[int, float]] = []

@@ -28,6 +28,7 @@ from strategies.shared.settings import MethodSettings
 if TYPE_CHECKING:
     from flwr.serverapp.strategy import Strategy
 
+    from strategies.shared.client_matrix import ClientMatrixStorage
     from strategies.shared.run_config import RunConfig
 
 __all__ = ["METHODS", "ClientHandler", "Method", "StrategyBuilder", "build_strategy", "discover",
@@ -65,10 +66,16 @@ def robust_methods() -> tuple[str, ...]:
     return tuple(name for name, m in METHODS.items() if m.robust)
 
 
-def build_strategy(cfg: RunConfig) -> Strategy:
+def build_strategy(cfg: RunConfig, storage: ClientMatrixStorage | None = None) -> Strategy:
     """The strategy of `cfg.method`, built by its package (a robust method's builder passes on the
-    `aggregation` rule; `RunConfig` allows a robust rule only for those)."""
-    return METHODS[cfg.method].build(cfg)
+    `aggregation` rule; `RunConfig` allows a robust rule only for those). `storage` allocates its
+    per-client matrices; default: `client-matrix-mmap-bytes` of `cfg`, files (above that size) in the
+    system's temporary directory. The ServerApp passes one that puts the files in the run directory."""
+    from strategies.shared.client_matrix import ClientMatrixStorage
+
+    if storage is None:
+        storage = ClientMatrixStorage(cfg.client_matrix_mmap_bytes)
+    return METHODS[cfg.method].build(cfg, storage)
 
 
 def discover() -> list[Method]:

@@ -12,17 +12,18 @@ from strategies.methods.sfl.settings import SFLSection
 if TYPE_CHECKING:
     from flwr.serverapp.strategy import Strategy
 
+    from strategies.shared.client_matrix import ClientMatrixStorage
     from strategies.shared.run_config import RunConfig
 
 
-def build_sfl(cfg: RunConfig) -> Strategy:
+def build_sfl(cfg: RunConfig, storage: ClientMatrixStorage) -> Strategy:
     from strategies.methods.sfl.server import build_sfl
-    return build_sfl(cfg, learn=False)
+    return build_sfl(cfg, learn=False, storage=storage)
 
 
-def build_sfl_star(cfg: RunConfig) -> Strategy:  # SFL*
+def build_sfl_star(cfg: RunConfig, storage: ClientMatrixStorage) -> Strategy:  # SFL*
     from strategies.methods.sfl.server import build_sfl
-    return build_sfl(cfg, learn=True)
+    return build_sfl(cfg, learn=True, storage=storage)
 
 
 CLIENT = {"train.sfl": "client_app.methods.sfl:train"}
