@@ -28,17 +28,18 @@ class Method:
     """One registered method.
 
     `build(cfg, storage)`: its strategy, its per-client matrices (if it keeps any) allocated by
-    `storage` (`strategies.shared.client_matrix.ClientMatrixStorage`). `section`: the run-config section of its settings (`<section>.<key>`; several methods may share
-    one, e.g. `sfl` for sfl and sfl-star) with `settings` its model. `client`: the handlers of the
-    message types only this method sends (`train.<action>`, `query.<action>`, `evaluate.<action>`);
-    the generic `train` / `evaluate` handlers serve every method. `limits`: fields of the section that
-    count clients, each with what it counts: `"clients"` (at most num-clients, e.g. clusters) or
-    `"other-clients"` (at most num-clients − 1, e.g. a client's neighbours). `robust`: its global part may use
-    `aggregation` = median / trimmed-mean. `summary`: one line for the methods table
-    (`docs/methods.md`); `client_step`: the client module its clients run when it declares no handler
-    of its own (e.g. the generic `train`). `model_records`: name patterns (`fnmatch`, e.g. `cluster-*`)
-    of the model ArrayRecords it sends besides the shared `global` / `personal` / `model`; reply
-    validation accepts and checks them as models.
+    `storage` (`strategies.shared.client_matrix.ClientMatrixStorage`). `section`: the run-config
+    section of its settings (`<section>.<key>`; several methods may share one, e.g. a method and its
+    variant) with `settings` its model. `client`: the handlers of the message types only this method
+    sends (`train.<action>`, `query.<action>`, `evaluate.<action>`); the generic `train` / `evaluate`
+    handlers serve every method. `limits`: fields of the section that count clients, each with what
+    it counts: `"clients"` (at most num-clients, e.g. clusters) or `"other-clients"` (at most
+    num-clients − 1, e.g. a client's neighbours). `robust`: its global part may use `aggregation` =
+    median / trimmed-mean. `summary`: one line for the methods table (`docs/methods.md`);
+    `client_step`: the client module its clients run when it declares no handler of its own (e.g.
+    the generic `train`). `model_records`: name patterns (`fnmatch`, e.g. `cluster-*`) of the model
+    ArrayRecords it sends besides the shared `global` / `personal` / `model`; reply validation
+    accepts and checks them as models.
     """
 
     name: str
