@@ -39,7 +39,8 @@ class Method:
     `client_step`: the client module its clients run when it declares no handler of its own (e.g.
     the generic `train`). `model_records`: name patterns (`fnmatch`, e.g. `cluster-*`) of the model
     ArrayRecords it sends besides the shared `global` / `personal` / `model`; reply validation
-    accepts and checks them as models.
+    accepts and checks them as models. `default`: the run config's `method` when it names none (one
+    registered method says so).
     """
 
     name: str
@@ -52,3 +53,4 @@ class Method:
     summary: str = ""
     client_step: str | None = None
     model_records: tuple[str, ...] = ()
+    default: bool = False

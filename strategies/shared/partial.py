@@ -1,11 +1,11 @@
-"""`fedper` and `lg-fedavg`: one part of the model shared (FedAvg over the round's clients), the other
-part personal — the partial-sharing baselines of the SFL paper, on the `features.` / `head.` split of
-`models.backbones.Backbone` (every state-dict key starts with one of the two).
+"""Partial sharing: one part of the model shared (the weighted mean over the round's clients), the
+other part personal, on the `features.` / `head.` split of `models.backbones.Backbone` (every
+state-dict key starts with one of the two). A subclass names its shared part (`shared_part`):
 
-- FedPer (Arivazhagan et al., 2019): shared feature extractor, personal head. Client i receives the
-  global `features.*` with its own `head.*`; the server averages `features.*` only.
-- LG-FedAvg (Liang et al., 2020): personal feature extractor ("local representation"), shared head.
-  The reverse: the server averages `head.*` only.
+- `features`: shared feature extractor, personal head. Client i receives the global `features.*`
+  with its own `head.*`; the server averages `features.*` only.
+- `head`: personal feature extractor ("local representation"), shared head. The reverse: the server
+  averages `head.*` only.
 
 Client i's model is row i of V [N, P] (`PersonalizedStrategy`); the shared part is the columns of the
 shared keys, held once as the shared row g. What client i trains and is evaluated with is
@@ -47,7 +47,8 @@ def shared_columns(layout: ParameterLayout, part: str) -> torch.Tensor:
 
 
 class PartialSharing(PersonalizedStrategy):
-    """Shares the model part `shared_part` (FedAvg over the round's clients); the rest is personal."""
+    """Shares the model part `shared_part` (the weighted mean over the round's clients); the rest is
+    personal."""
 
     train_message_type = TRAIN_LOCAL
     shared_part: str

@@ -118,8 +118,8 @@ class PersonalizedStrategy(Strategy, MethodReporter, ClientKeyed):
             self.personal = self.matrix_storage.filled(self.layout.row(arrays), self.num_clients)
 
     def sample_size(self, online: int) -> int:
-        """Clients trained per round out of `online`: max(1, ⌊ρ·online⌋), Flower's FedAvg rule (the
-        SFL spec's m = max(1, ⌊C·N⌋))."""
+        """Clients trained per round out of `online`: max(1, ⌊ρ·online⌋), Flower's FedAvg rule
+        (m = max(1, ⌊C·N⌋))."""
         return max(int(online * self.fraction_train), 1)
 
     def summary(self) -> None:

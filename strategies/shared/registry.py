@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     from strategies.shared.client_matrix import ClientMatrixStorage
     from strategies.shared.run_config import RunConfig
 
-__all__ = ["METHODS", "ClientHandler", "Method", "StrategyBuilder", "build_strategy", "discover",
-           "method_names", "register", "robust_methods", "sections"]
+__all__ = ["METHODS", "ClientHandler", "Method", "StrategyBuilder", "build_strategy", "default_method",
+           "discover", "method_names", "register", "robust_methods", "sections"]
 
 
 METHODS: dict[str, Method] = {}
@@ -43,6 +43,8 @@ def register(method: Method) -> Method:
     if (method.section is None) != (method.settings is None):
         raise ValueError(f"method {method.name!r}: give both section and settings, or neither")
     for other in METHODS.values():
+        if method.default and other.default and other.name != method.name:
+            raise ValueError(f"method {method.name!r}: {other.name!r} is already the default method")
         if other.section == method.section and other.name != method.name and method.section and \
                 other.settings is not method.settings:
             raise ValueError(f"section {method.section!r} already holds {other.settings.__name__} "
@@ -58,6 +60,14 @@ def sections() -> dict[str, type[MethodSettings]]:
 
 def method_names() -> tuple[str, ...]:
     return tuple(METHODS)
+
+
+def default_method() -> str:
+    """The method a run config that names none runs (the one registered with `default=True`)."""
+    for name, method in METHODS.items():
+        if method.default:
+            return name
+    raise LookupError("no registered method is the default (Method(..., default=True))")
 
 
 def robust_methods() -> tuple[str, ...]:
