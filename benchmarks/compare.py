@@ -279,7 +279,8 @@ def markdown(meta: dict[str, Any], summaries: list[dict[str, Any]]) -> str:
             "(the last evaluated round). **mean / std / best 5% / worst 5%**: the model each client uses "
             "(its personalized model; for global-model methods the global model). **global acc.**: the "
             "global model on the union of client test splits. **global+FT mean**: the global model after "
-            f"{s['finetune-epochs']} local epoch(s) of fine-tuning on each client, mean over clients. "
+            f"{s['finetune-epochs']} local epoch(s) of fine-tuning on each client, mean over clients "
+            "(a graph method with the safeguard on: the model the client uses after those epochs). "
         )
     lines += [
         "",

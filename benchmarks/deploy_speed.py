@@ -14,8 +14,9 @@ deployment with Flower's default executor poll (1.0 s) runs one more pair, to me
 Per method (the methods table): seconds per round *averaged* over rounds 1..R of its run (rounds
 with an extra exchange, such as FedCG's teacher replacements, count as they come), the phases of
 every round (rounds.jsonl `phases`; the last round's includes the final evaluation), and the ratio to
-the mean of the `bouquet fedavg` runs of the same session. FedCG runs with a teacher period of 2
-(`METHOD_SETTINGS`), so that R ≥ 4 rounds cover two teacher periods.
+the mean of the `bouquet fedavg` runs of the same session. FedCG runs 20 rounds (two teacher periods at
+its default period of 10) and FLT 12 (its one-shot round within a run), `METHOD_ROUNDS`;
+`--method-rounds METHOD=R` changes a method's.
 
 Seconds per round: Bouquet's `seconds` of rounds 1..R from rounds.jsonl (a round = its one phase,
 which also carries the previous round's evaluation; the last round includes the final evaluation);
@@ -57,10 +58,12 @@ METHOD_SETTINGS = {  # small but complete settings for 3 clients (FedCG: a teach
     "sfl": {"partition": "shards"},
     "sfl-star": {"partition": "shards", "sfl.gl-k": 2},
     "fedcg": {"partition": "domains", "domain-test-clients": 0.34, "batch-size": 10,
-              "fedcg.teacher-period": 2, "fedcg.adj-warmup": 1, "fedcg.bottleneck": 8,
-              "fedcg.domain-stride": 2},
+              "fedcg.adj-warmup": 1, "fedcg.bottleneck": 8, "fedcg.domain-stride": 2},
     "fedska": {"partition": "shards"},
 }
+# rounds of a method whose exchanges come in periods or once (default: --rounds): FedCG two teacher
+# periods at its default period (10), FLT its one-shot round within 12
+METHOD_ROUNDS = {"fedcg": 20, "flt": 12}
 METHODS = ["fedprox", "ditto", "ifca", "fedsem", "flt", "sfl", "sfl-star", "fedska", "fedcg", "fedu",
            "fedper", "lg-fedavg", "local"]  # besides fedavg, which the pairs run
 
@@ -124,7 +127,8 @@ def measure(side: str, go, rows: list[dict], **meta) -> dict:
 
 
 def session(tmp: Path, poll: str | None, pairs: int, rounds: int, methods: list[str],
-            rows: list[dict]) -> None:
+            rows: list[dict], method_rounds: dict[str, int] | None = None) -> None:
+    method_rounds = METHOD_ROUNDS if method_rounds is None else method_rounds
     env = {} if poll is None else {"FLWR_SUPEREXEC_TASK_POLL_INTERVAL": poll}
     poll_label = poll or deploy.EXECUTOR_ENV["FLWR_SUPEREXEC_TASK_POLL_INTERVAL"]
     job = {**JOB, "num-rounds": rounds}
@@ -136,7 +140,8 @@ def session(tmp: Path, poll: str | None, pairs: int, rounds: int, methods: list[
             for side, go in (sides if pair % 2 == 0 else sides[::-1]):
                 measure(side, go, rows, poll=poll_label, pair=pair)
         for method in methods:
-            method_job = {**job, "method": method, **METHOD_SETTINGS.get(method, {})}
+            method_job = {**job, "method": method, **METHOD_SETTINGS.get(method, {}),
+                          "num-rounds": method_rounds.get(method, rounds)}
             measure(f"bouquet {method}", lambda: bouquet_run(fed, method_job, tmp / method), rows,
                     poll=poll_label, pair=None)
 
@@ -226,12 +231,21 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--methods", nargs="*", default=METHODS)
+    parser.add_argument("--method-rounds", nargs="*", default=[], metavar="METHOD=R",
+                        help="rounds of a method's run (default: " + ", ".join(
+                            f"{m}={r}" for m, r in METHOD_ROUNDS.items()) + "; others --rounds)")
     parser.add_argument("--default-poll", action="store_true",
                         help="also one pair with Flower's default executor poll (1.0 s)")
     args = ARGS = parser.parse_args()
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="bouquet-deploy-speed-") as tmp:
-        session(Path(tmp), None, args.pairs, args.rounds, args.methods, rows)
+        method_rounds = dict(METHOD_ROUNDS)
+        for item in args.method_rounds:
+            method, _, value = item.partition("=")
+            if not value.isdigit() or int(value) < 1:
+                parser.error(f"--method-rounds {item!r}: expected METHOD=R with R ≥ 1")
+            method_rounds[method] = int(value)
+        session(Path(tmp), None, args.pairs, args.rounds, args.methods, rows, method_rounds)
         if args.default_poll:
             session(Path(tmp), "1.0", 1, args.rounds, [], rows)
     save(rows)

@@ -16,7 +16,9 @@ Writes into `--results-dir` (default `benchmarks/results/suite/`): each cell's c
 (`<setting>-rho<ρ>-seed<s>.{md,png,json}`), and
 - `suite-<setting>.md`: per method and ρ, mean and worst-5% accuracy (mean ± std over the seeds),
   plus the learned graphs' share inside the true structure for sfl-star / fedska;
-- `suite-delta.md`: the matrix "method × cell: mean − max(FedAvg, Local)" (points, seed means);
+- `suite-delta.md`: the matrix "method × cell: mean − max(FedAvg, FedAvg+FT, Local)" (points, seed
+  means); FedAvg+FT is FedAvg's global model after `finetune-epochs` local epochs on each client, and a
+  graph method's "+FT" row its own model after the same epochs (with the safeguard on);
 - `suite-bytes-<setting>-rho<ρ>.png`: accuracy against cumulative bytes (down + up, all clients) for
   the clustered settings;
 - `suite.json`: every number above.
@@ -44,7 +46,8 @@ from benchmarks.parallel import Placement, add_placement_arguments, ordered, pla
 log = logging.getLogger("bouquet.benchmarks")
 
 SUITE_DIR = RESULTS_DIR / "suite"
-BASELINES = ("fedavg", "local")
+BASELINES = ("fedavg", "fedavg+FT", "local")
+FT = "+FT"  # label suffix of a method's "used model + finetune-epochs local epochs" row
 CONV = " (cnn)"  # label suffix of the domains setting's conv-model runs (FedCG and its baselines)
 GRAPH_METHODS = ("flt", "sfl", "sfl-star", "fedska", "fedu")
 METHODS = ("fedavg", "local", "ditto", "ifca", "fedsem", "flt", "sfl", "sfl-star", "fedska", "fedu")
@@ -53,7 +56,7 @@ PARTICIPATION = (1.0, 0.2)
 COMMON: dict[str, Any] = {
     "dataset": "mnist", "num-clients": 20, "num-rounds": 20, "model": "mlp",
     "max-samples-per-client": 300, "local-epochs": 1, "batch-size": 32, "lr": 0.05,
-    "finetune-epochs": 0, "checkpoint-every": 0,
+    "finetune-epochs": 1, "checkpoint-every": 0,
 }
 # per-round keys of rounds.jsonl that hold a learned graph's share inside the true structure
 SHARE_KEYS = {"sfl-star": "sfl-learned-share-", "fedska": "fedska-share-"}
@@ -111,18 +114,29 @@ class CellResult:
     wall_seconds: float
 
 
+def _results(setting: str, rho: float, seed: int, label: str, summary: dict[str, Any],
+             runs_dir: Path) -> list[CellResult]:
+    """A run's `CellResult`, and for FedAvg and the graph methods with a "+ local epochs" result
+    (`finetuned`) a second one labelled `<label>+FT`."""
+    out = [_result(setting, rho, seed, label, summary, runs_dir)]
+    if summary["method"] in ("fedavg", *GRAPH_METHODS) and summary["final"].get("finetuned"):
+        out.append(_result(setting, rho, seed, label + FT, summary, runs_dir, "finetuned"))
+    return out
+
+
 def _result(setting: str, rho: float, seed: int, label: str, summary: dict[str, Any],
-            runs_dir: Path) -> CellResult:
-    """A `CellResult` from a compare summary and the run's rounds.jsonl."""
+            runs_dir: Path, key: str = "personalized") -> CellResult:
+    """A `CellResult` from a compare summary and the run's rounds.jsonl (`key`: the result it takes,
+    `personalized` or `finetuned`)."""
     method = summary["method"]
-    personalized = summary["final"].get("personalized") or {}
+    personalized = summary["final"].get(key) or {}
     rounds = read_rounds(runs_dir / method / "rounds.jsonl")
     curve, spent, cumulative = [], 0.0, []
     share: list[float | None] = []
     kind = ""
     for record in rounds:
         spent += float(record.get("bytes-down", 0) or 0) + float(record.get("bytes-up", 0) or 0)
-        accuracy = (record.get("personalized") or {}).get("mean")
+        accuracy = (record.get(key) or {}).get("mean")
         if accuracy is not None:
             curve.append((record["round"], accuracy))
             cumulative.append((spent, accuracy))
@@ -147,7 +161,7 @@ def run_cell(setting: Setting, rho: float, seed: int, methods: Sequence[str],
     name = cell_name(setting.name, rho, seed)
     runs = runs_root / name
     for summary in compare(methods, overrides, name, results_dir=results_dir, runs_dir=runs):
-        out.append(_result(setting.name, rho, seed, summary["method"], summary, runs))
+        out.extend(_results(setting.name, rho, seed, summary["method"], summary, runs))
     clustered = [m for m in ("ifca", "fedsem") if m in methods]
     for count in setting.cluster_counts() if clustered else []:
         variant = cell_name(setting.name, rho, seed, f"-clusters{count}")
@@ -162,7 +176,7 @@ def run_cell(setting: Setting, rho: float, seed: int, methods: Sequence[str],
         conv = {**overrides, "model": "cnn"}
         for summary in compare([*BASELINES, "fedcg"], conv, variant, results_dir=results_dir,
                                runs_dir=runs):
-            out.append(_result(setting.name, rho, seed, summary["method"] + CONV, summary, runs))
+            out.extend(_results(setting.name, rho, seed, summary["method"] + CONV, summary, runs))
     return out
 
 
@@ -195,7 +209,7 @@ def _select(results: list[CellResult], setting: str, rho: float, label: str) -> 
 
 def delta_vs_baselines(results: list[CellResult], setting: str, rho: float,
                        label: str) -> float | None:
-    """Seed-mean of (method mean − max(FedAvg mean, Local mean)) of the same seed's cell, the
+    """Seed-mean of (method mean − max(FedAvg, FedAvg+FT, Local means)) of the same seed's cell, the
     baselines run with the same model (the conv-model runs against the conv-model baselines)."""
     deltas = []
     baselines = _baselines_of(label)
@@ -209,7 +223,7 @@ def delta_vs_baselines(results: list[CellResult], setting: str, rho: float,
 
 def _baselines_of(label: str) -> tuple[str, ...]:
     suffix = CONV if label.endswith(CONV) else ""
-    return tuple(b + suffix for b in BASELINES)
+    return tuple(b.replace(FT, suffix + FT) if b.endswith(FT) else b + suffix for b in BASELINES)
 
 
 def final_share(results: list[CellResult]) -> tuple[float | None, str]:
@@ -221,12 +235,13 @@ def final_share(results: list[CellResult]) -> tuple[float | None, str]:
 
 def setting_table(results: list[CellResult], setting: Setting, rhos: Sequence[float],
                   seeds: Sequence[int], header: list[str]) -> str:
-    """`suite-<setting>.md`: mean / worst 5% / Δ vs max(FedAvg, Local) per method and ρ."""
+    """`suite-<setting>.md`: mean / worst 5% / Δ vs max(FedAvg, FedAvg+FT, Local) per method and ρ."""
     lines = [*header, "", f"## {setting.title}", "",
              f"Personalized accuracy (%) after round {COMMON['num-rounds']}, mean over seeds "
              f"{', '.join(map(str, seeds))}" + (" (± std over seeds)" if len(seeds) > 1 else "")
-             + ". **worst 5%**: mean of the ⌈5%·K⌉ worst clients. **Δ**: mean − max(FedAvg, Local) "
-             "of the same seed, in points. **share**: the learned graph's off-diagonal weight "
+             + ". **worst 5%**: mean of the ⌈5%·K⌉ worst clients. **Δ**: mean − max(FedAvg, "
+             "FedAvg+FT, Local) of the same seed, in points. **+FT**: the model after "
+             "finetune-epochs local epochs (FedAvg: its global model). **share**: the learned graph's off-diagonal weight "
              "inside the true structure in the last round (sfl-star, fedska).", ""]
     columns = ["method"]
     for rho in rhos:
@@ -255,12 +270,14 @@ def setting_table(results: list[CellResult], setting: Setting, rhos: Sequence[fl
 
 def delta_matrix(results: list[CellResult], settings: Sequence[Setting], rhos: Sequence[float],
                  header: list[str]) -> str:
-    """`suite-delta.md`: method × cell, mean − max(FedAvg, Local) in points (seed means)."""
+    """`suite-delta.md`: method × cell, mean − max(FedAvg, FedAvg+FT, Local) in points (seed
+    means)."""
     cells = [(s, rho) for s in settings for rho in rhos]
     columns = ["method"] + [f"{s.name} ρ={rho:g}" for s, rho in cells]
-    lines = [*header, "", "## Δ vs max(FedAvg, Local)", "",
-             "Mean personalized accuracy minus the better of FedAvg and Local on the same cell and "
-             "seed, in points, averaged over the seeds. Graph methods: " + ", ".join(GRAPH_METHODS)
+    lines = [*header, "", "## Δ vs max(FedAvg, FedAvg+FT, Local)", "",
+             "Mean personalized accuracy minus the best of FedAvg, FedAvg+FT (its global model after "
+             "finetune-epochs local epochs) and Local on the same cell and seed, in points, averaged "
+             "over the seeds (a baseline missing from a run is left out of its max). Graph methods: " + ", ".join(GRAPH_METHODS)
              + ".", "",
              "| " + " | ".join(columns) + " |", "|---" + "|---:" * (len(columns) - 1) + "|"]
     for label in _labels(results):
@@ -308,7 +325,8 @@ def write_outputs(results: list[CellResult], settings: Sequence[Setting], rhos: 
                 plot_bytes(results, setting.name, rho, seeds[0],
                            results_dir / f"suite-bytes-{setting.name}-rho{rho:g}.png")
     (results_dir / "suite-delta.md").write_text(
-        delta_matrix(results, settings, rhos, ["# Suite: Δ vs max(FedAvg, Local)", "", *header]))
+        delta_matrix(results, settings, rhos, ["# Suite: Δ vs max(FedAvg, FedAvg+FT, Local)", "",
+                                                 *header]))
     (results_dir / "suite.json").write_text(json.dumps(
         {"command": command, "seeds": list(seeds), "rhos": list(rhos),
          "settings": [s.name for s in settings], "common": COMMON,
@@ -359,21 +377,32 @@ def delta_table(path: Path) -> str:
     return "\n".join(line for line in text.splitlines() if line.startswith("|"))
 
 
-def merge(parts: Sequence[Path], results_dir: Path, command: str) -> list[CellResult]:
+def relabelled(part: str) -> tuple[Path, str]:
+    """A `--merge` part "DIR" or "DIR::SUFFIX" → (DIR, SUFFIX): the graph methods' rows of a part
+    with a suffix keep their label + SUFFIX (e.g. earlier defaults beside the new ones)."""
+    path, _, suffix = part.partition("::")
+    return Path(path), suffix
+
+
+def merge(parts: Sequence[Path | str], results_dir: Path, command: str) -> list[CellResult]:
     """Join suites run separately (e.g. one process per setting or seed) into one set of tables:
     every part's `suite.json` is read and its cell files are copied into `results_dir`. A later part
     that re-ran some methods of a cell (e.g. one method with a new default) replaces those methods'
     rows; the cell's files then stay those of the first part that ran it (the later part's files
-    remain in its own directory)."""
+    remain in its own directory). A part given as "DIR::SUFFIX" keeps its graph methods' rows under
+    their label + SUFFIX (`relabelled`), beside the rows of later parts."""
     import shutil
 
     results: dict[tuple[str, float, int, str], CellResult] = {}
     commands = []
     copied: set[str] = set()
-    for part in parts:
+    for spec in parts:
+        part, suffix = relabelled(str(spec))
         stored = json.loads((part / "suite.json").read_text())
         commands.append(stored["command"])
         for result in load_results(part / "suite.json"):
+            if suffix and result.method in GRAPH_METHODS:
+                result.label += suffix
             results[(result.setting, result.rho, result.seed, result.label)] = result
         if part.resolve() != results_dir.resolve():
             results_dir.mkdir(parents=True, exist_ok=True)
@@ -408,13 +437,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--runs-dir", default=str(RUNS_DIR / "suite"))
     parser.add_argument("--merge", nargs="+", default=None, metavar="DIR",
                         help="run nothing: join the suite.json of these result folders into "
-                             "--results-dir")
+                             "--results-dir (DIR::SUFFIX: that folder's graph-method rows keep "
+                             "their label + SUFFIX)")
     add_placement_arguments(parser)
     args = parser.parse_args(argv)
     log_progress()
     if args.merge:
         command = "python -m benchmarks.suite " + shlex.join(argv)
-        results = merge([Path(p) for p in args.merge], Path(args.results_dir), command)
+        results = merge(args.merge, Path(args.results_dir), command)
         print((Path(args.results_dir) / "suite-delta.md").read_text())
         log.info("suite: %d runs merged into %s", len(results), args.results_dir)
         return 0

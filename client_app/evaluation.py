@@ -3,13 +3,20 @@
 `personal` (if sent) is the model the client uses → `accuracy` (classification) or `mae`/`mape`/`rmse`
 (regression); `global` (if sent) → `global-*`, and with `finetune-epochs` > 0 also "global + local
 epochs" → `finetuned-*` (the fair comparison point for personalized methods). Without `personal`, the
-client uses the global model.
+client uses the global model. With the safeguard on (graph methods, `client_app.safeguard`) the
+client tests the best mix of its own last model with `personal` (or `global`), and reports the own
+model's weight as `safeguard-own`; with `finetune-epochs` > 0 its `finetuned-*` are then that model
+after the local epochs (on the train split outside the held-out slice), the counterpart of
+"global + local epochs" for a method that hands each client its own model, and the fine-tuned model
+becomes the client's own model (so a client not sampled for training still refines it, as every
+client refines the global model under FedAvg + fine-tuning).
 """
 
 from __future__ import annotations
 
 from flwr.app import Context, Message, RecordDict
 
+from client_app import safeguard
 from client_app.runtime import client_runtime
 from client_app.training import Evaluation, seeded_generator, train_epochs
 from client_app.training import evaluate as test_model
@@ -45,7 +52,7 @@ def evaluate(message: Message, context: Context) -> Message:
         model = rt.model(message.content[GLOBAL])
         used = test_model(model, x_test, y_test, ins.batch_size, scale)
         fields.update(result_fields(used, "global_"))
-        if ins.finetune_epochs > 0:
+        if ins.finetune_epochs > 0 and not (safeguard.enabled(ins) and PERSONAL in message.content):
             x, y = rt.tensors("train")
             train_epochs(
                 model, x, y, epochs=ins.finetune_epochs, batch_size=ins.batch_size, lr=ins.lr,
@@ -55,7 +62,24 @@ def evaluate(message: Message, context: Context) -> Message:
             tuned = test_model(model, x_test, y_test, ins.batch_size, scale)
             fields.update(result_fields(tuned, "finetuned_"))
     if PERSONAL in message.content:
-        used = test_model(rt.model(message.content[PERSONAL]), x_test, y_test, ins.batch_size, scale)
+        received = {PERSONAL: message.content[PERSONAL]}
+        if GLOBAL in message.content:
+            received[GLOBAL] = message.content[GLOBAL]
+        personal, choice = safeguard.choose(rt, context, ins, received)
+        model = rt.model(personal)
+        used = test_model(model, x_test, y_test, ins.batch_size, scale)
+        if safeguard.enabled(ins):
+            fields["safeguard_own"] = choice.own_weight
+            if ins.finetune_epochs > 0:  # the used model + local epochs, as global + local epochs
+                x, y = safeguard.training_tensors(rt, ins)
+                train_epochs(
+                    model, x, y, epochs=ins.finetune_epochs, batch_size=ins.batch_size, lr=ins.lr,
+                    momentum=ins.momentum,
+                    generator=seeded_generator(ins.seed, rt.client_id, ins.server_round, 7),
+                )
+                fields.update(result_fields(test_model(model, x_test, y_test, ins.batch_size, scale),
+                                            "finetuned_"))
+                safeguard.keep_own(context, rt.client_id, model, ins)  # the client's newest own model
     if used is None:
         raise ValueError(f"evaluate needs an ArrayRecord '{GLOBAL}' or '{PERSONAL}'")
     reply = EvaluateReply(

@@ -1,11 +1,14 @@
 """The local update most methods share: E epochs of SGD from a received model (plus a method's
-penalty), replied as one named model record with `num-examples` and `train-loss`."""
+penalty), replied as one named model record with `num-examples` and `train-loss`. With the safeguard
+on (`client_app.safeguard`) it trains outside the held-out slice and keeps the result as the client's
+own model."""
 
 from __future__ import annotations
 
-from flwr.app import Message, RecordDict
+from flwr.app import Context, Message, RecordDict
 from torch import nn
 
+from client_app import safeguard
 from client_app.runtime import ClientRuntime, model_record
 from client_app.training import Penalty, seeded_generator, train_epochs
 from strategies.shared.messages import METRICS, TrainInstructions, TrainReply
@@ -13,15 +16,18 @@ from strategies.shared.messages import METRICS, TrainInstructions, TrainReply
 
 def train_and_reply(
     message: Message, rt: ClientRuntime, ins: TrainInstructions, model: nn.Module, record: str,
-    penalty: Penalty | None = None,
+    penalty: Penalty | None = None, context: Context | None = None,
 ) -> Message:
-    """Train `model` on the client's train split as `ins` says; reply it under `record`."""
-    x, y = rt.tensors("train")
+    """Train `model` on the client's train split as `ins` says; reply it under `record` (and, given
+    the node's `context`, keep it as the client's own model for the safeguard)."""
+    x, y = safeguard.training_tensors(rt, ins)
     loss = train_epochs(
         model, x, y, epochs=ins.local_epochs, batch_size=ins.batch_size, lr=ins.lr,
         momentum=ins.momentum, generator=seeded_generator(ins.seed, rt.client_id, ins.server_round),
         penalty=penalty,
     )
+    if context is not None:
+        safeguard.keep_own(context, rt.client_id, model, ins)
     reply = TrainReply(num_examples=len(y), train_loss=loss, cuda=rt.on_cuda)
     return Message(RecordDict({record: model_record(model), METRICS: reply.metrics()}),
                    reply_to=message)

@@ -37,6 +37,7 @@ from server_app.metrics import accuracy_summary, regression_summary
 from server_app.reporting import RunRecorder
 from server_app.clients import ClientGrid, TrainClients
 from strategies.shared.provenance import code_fingerprint
+from strategies.shared.registry import METHODS
 from strategies.shared.run_config import RunConfig
 from strategies.shared.messages import (
     METRICS,
@@ -188,13 +189,23 @@ class FederationRunner:
         return TrainInstructions(
             server_round=server_round, lr=cfg.lr, momentum=cfg.momentum,
             local_epochs=cfg.local_epochs, batch_size=cfg.batch_size, seed=cfg.seed,
+            **self.safeguard_fields(),
         )
+
+    def safeguard_fields(self) -> dict[str, Any]:
+        """`safeguard-holdout` / `safeguard-grid` for a method whose clients honour the safeguard
+        (`Method.safeguard`) when the run config turns it on; nothing otherwise."""
+        cfg = self.cfg
+        if cfg.safeguard == "off" or not METHODS[cfg.method].safeguard:
+            return {}
+        return {"safeguard_holdout": cfg.safeguard_holdout, "safeguard_grid": cfg.safeguard_grid}
 
     def evaluate_config(self, server_round: int) -> EvaluateInstructions:
         cfg = self.cfg
         return EvaluateInstructions(
             server_round=server_round, batch_size=cfg.batch_size, seed=cfg.seed,
             finetune_epochs=cfg.finetune_epochs, lr=cfg.lr, momentum=cfg.momentum,
+            **self.safeguard_fields(),
         )
 
     # --- phases -----------------------------------------------------------------------------
@@ -250,6 +261,10 @@ class FederationRunner:
         if all(r.finetuned_accuracy is not None for r in rows):
             result["finetuned"] = accuracy_summary(
                 np.array([r.finetuned_accuracy for r in rows]), examples)
+        own = [r.safeguard_own for r in rows if r.safeguard_own is not None]
+        if own:  # the safeguard's choices: mean weight of the clients' own models, and how many mixed
+            result["safeguard-own"] = float(np.mean(own))
+            result["safeguard-mixed"] = sum(0.0 < w for w in own)
         return result
 
     def train_phase(self, server_round: int, arrays: ArrayRecord, pending: dict[str, Any] | None

@@ -20,7 +20,7 @@ BASE: dict[str, Any] = {
     "dataset": "digits", "model": "mclr", "partition": "label-clusters", "num-clusters": 2,
     "labels-per-cluster": 5, "num-clients": 6, "num-rounds": 3, "local-epochs": 1, "batch-size": 32,
     "lr": 0.05, "max-samples-per-client": 120, "finetune-epochs": 1, "fraction-train": 0.5,
-    "checkpoint-every": 0, "seed": 3,
+    "checkpoint-every": 0, "seed": 3, "safeguard": "off",  # the paper's behaviour; the safeguard cases set "mix"
 }
 
 # Per case (a method, or a method's paper flags under another name with its own "method"): what a
@@ -54,6 +54,12 @@ CASES: dict[str, dict[str, Any]] = {
     "fedska-fused": {"method": "fedska", "fedska.k": 2, "fedska.structure-steps": 2},  # the default
     "fedu": {},
     "fedu-reference": {"method": "fedu", "fedu.untrained": "initial"},  # untrained rows keep w0
+    # the safeguard (the default; BASE pins the paper's behaviour): the train.local, train.sfl and
+    # train.fedska paths, 4 rounds so that clients mix with an own model
+    "sfl-safeguard": {"method": "sfl", "safeguard": "mix", "num-rounds": 4},
+    "fedska-safeguard": {"method": "fedska", "safeguard": "mix", "num-rounds": 4, "fedska.k": 2,
+                         "fedska.structure-steps": 2},
+    "fedu-safeguard": {"method": "fedu", "safeguard": "mix", "num-rounds": 4},
 }
 
 # What a round record keeps for the comparison: the results, not the time they took.

@@ -36,6 +36,33 @@ def test_the_conv_model_runs_are_measured_against_the_conv_model_baselines():
     assert "| fedcg (cnn) | +3.00 |" in matrix and "| local (cnn) |" not in matrix
 
 
+def test_fedavg_plus_fine_tuning_is_a_baseline_of_every_delta():
+    def cell(label, mean):
+        result = _cell(label, 0, mean)
+        result.method = label.removesuffix("+FT")
+        return result
+
+    results = [cell("fedavg", 60.0), cell("fedavg+FT", 80.0), cell("local", 70.0),
+               cell("sfl", 79.0), cell("sfl+FT", 83.0)]
+    assert delta_vs_baselines(results, "domains", 0.2, "sfl") == pytest.approx(-1.0)
+    assert delta_vs_baselines(results, "domains", 0.2, "sfl+FT") == pytest.approx(3.0)
+    matrix = delta_matrix(results, [SETTINGS["domains"]], [0.2], ["# x"])
+    assert "| fedavg+FT |" not in matrix and "| sfl+FT | +3.00 |" in matrix
+    assert "max(FedAvg, FedAvg+FT, Local)" in matrix
+
+
+def test_a_part_merged_with_a_suffix_keeps_its_graph_rows_beside_the_new_ones(tmp_path):
+    _part(tmp_path / "old", [_cell("fedavg", 0, 60.0), _cell("local", 0, 70.0),
+                             _cell("sfl", 0, 50.0), _cell("ditto", 0, 65.0)])
+    _part(tmp_path / "new", [_cell("fedavg", 0, 60.0), _cell("local", 0, 70.0),
+                             _cell("sfl", 0, 71.0)])
+    merged = merge([f"{tmp_path / 'old'}:: (off)", tmp_path / "new"], tmp_path / "merged", "merge")
+    assert sorted((r.label, r.mean) for r in merged) == [
+        ("ditto", 65.0), ("fedavg", 60.0), ("local", 70.0), ("sfl", 71.0), ("sfl (off)", 50.0)]
+    delta = (tmp_path / "merged" / "suite-delta.md").read_text()
+    assert "| sfl (off) | -20.00 |" in delta and "| sfl | +1.00 |" in delta
+
+
 def test_wrong_cluster_counts_are_true_minus_two_and_plus_three():
     assert SETTINGS["label-clusters"].cluster_counts() == [3, 8]
     assert SETTINGS["domains"].cluster_counts() == [2, 7]

@@ -13,6 +13,10 @@ recomputed from (seed, client id), and the head of the global model comes with e
   record; a `head` record for the gradient at its `graph_target`) and its reply their answers, computed
   before training with the same functions (`slot_features`, `slot_loss_gradient`).
 
+With the safeguard on (`client_app.safeguard`), training starts from the best mix of the client's own
+last model with the received start (u_k or w̄) and runs outside the held-out slice; the slot answers
+and the descriptor still cover the whole train split.
+
 Slots (§3 [D]): π is a seeded permutation of the client's train indices; slot l ↦ sample π(l mod N).
 """
 
@@ -24,6 +28,7 @@ from flwr.app import Array, ArrayRecord, Context, Message, RecordDict
 from torch import nn
 from torch.nn import functional as F
 
+from client_app import safeguard
 from client_app.runtime import ClientRuntime, client_runtime, model_record
 from client_app.training import seeded_generator, task_loss, train_epochs
 from models import build_model
@@ -159,9 +164,15 @@ def train(message: Message, context: Context) -> Message:
         target = torch.from_numpy(content[GRAPH_TARGET][H_G].numpy().astype(np.float32))
         records[GRAD], split_loss = slot_loss_gradient(rt, _head(rt, content[HEAD]), target, ins.seed,
                                                        ins.num_slots)
-    model = rt.model(content[GLOBAL])
+    received = {GLOBAL: content[GLOBAL]}
+    if EMBED_MODEL in content:  # start = graph: w̄ travels as the embedding model
+        received[EMBED_MODEL] = content[EMBED_MODEL]
+    start, _ = safeguard.choose(rt, context, ins, received)
+    model = rt.model(start)
     x, y = rt.tensors("train")
     permutation = slot_permutation(ins.seed, rt.client_id, len(y))
+    index = safeguard.train_index(rt, ins)  # None: every sample; else outside the held-out slice
+    ids = torch.arange(len(y), device=rt.device) if index is None else index.to(rt.device)
     generator = seeded_generator(ins.seed, rt.client_id, ins.server_round)
     common = dict(epochs=ins.local_epochs, batch_size=ins.batch_size, lr=ins.lr,
                   momentum=ins.momentum, generator=generator)
@@ -174,13 +185,15 @@ def train(message: Message, context: Context) -> Message:
                              f"[num-slots, d] = [{slots}, {model.feature_dim}]")
         targets, has = slot_targets(encodings, permutation)
         pulled = StructurePull(model, x, targets.to(rt.device), has.to(rt.device), ins.lambda_s)
-        loss = train_epochs(pulled, torch.arange(len(y), device=rt.device), y, penalty=pulled.penalty,
-                            **common)
+        loss = train_epochs(pulled, ids, y[ids], penalty=pulled.penalty, **common)
         structure_loss = pulled.mean_structure_loss
-    else:  # round 1 (h^g = 0): cos(·, 0) = 0, L_S is a constant
+    elif index is None:  # round 1 (h^g = 0): cos(·, 0) = 0, L_S is a constant
         loss = train_epochs(model, x, y, **common)
+    else:
+        loss = train_epochs(model, x[ids], y[ids], **common)
+    safeguard.keep_own(context, rt.client_id, model, ins)
     descriptor = features_of(model, x).mean(dim=0)
-    reply = FedSKATrainReply(num_examples=len(y), train_loss=loss, structure_loss=structure_loss,
+    reply = FedSKATrainReply(num_examples=len(ids), train_loss=loss, structure_loss=structure_loss,
                        split_loss=split_loss, cuda=rt.on_cuda)
     return Message(RecordDict({
         MODEL: model_record(model),

@@ -1,9 +1,12 @@
-"""Client half of `local` (message type `train.local`): train the client's own model, nothing shared."""
+"""Client half of `local` (message type `train.local`): train the received model (for `local`, the
+client's own; FLT and FedU send their graph aggregate here, mixed with the client's own model when
+the safeguard is on, `client_app.safeguard`)."""
 
 from __future__ import annotations
 
 from flwr.app import Context, Message
 
+from client_app import safeguard
 from client_app.local_update import train_and_reply
 from client_app.runtime import client_runtime
 from strategies.shared.messages import CONFIG, PERSONAL, TrainInstructions
@@ -12,5 +15,5 @@ from strategies.shared.messages import CONFIG, PERSONAL, TrainInstructions
 def train(message: Message, context: Context) -> Message:
     rt = client_runtime(message, context)
     ins = TrainInstructions.read(message.content[CONFIG])
-    model = rt.model(message.content[PERSONAL])
-    return train_and_reply(message, rt, ins, model, PERSONAL)
+    start, _ = safeguard.choose(rt, context, ins, {PERSONAL: message.content[PERSONAL]})
+    return train_and_reply(message, rt, ins, rt.model(start), PERSONAL, context=context)

@@ -67,6 +67,10 @@ class TrainInstructions(Record):
     local_epochs: int = Field(ge=1)
     batch_size: int = Field(ge=1)
     seed: int = Field(ge=0)
+    # graph methods with the safeguard on (client_app/safeguard.py): the held-out share of the train
+    # split and the grid of mixing weights; absent = off (the paper's behaviour)
+    safeguard_holdout: float | None = Field(None, gt=0.0, lt=1.0)
+    safeguard_grid: int | None = Field(None, ge=2)
 
 
 class TrainReply(Record):
@@ -87,6 +91,8 @@ class EvaluateInstructions(Record):
     finetune_epochs: int = Field(0, ge=0)
     lr: float = Field(gt=0.0)
     momentum: float = Field(ge=0.0, lt=1.0)
+    safeguard_holdout: float | None = Field(None, gt=0.0, lt=1.0)  # as in TrainInstructions
+    safeguard_grid: int | None = Field(None, ge=2)
 
 
 class EvaluateReply(Record):
@@ -104,6 +110,7 @@ class EvaluateReply(Record):
     global_accuracy: float | None = Field(None, ge=0.0, le=1.0)
     finetuned_correct: float | None = Field(None, ge=0)
     finetuned_accuracy: float | None = Field(None, ge=0.0, le=1.0)
+    safeguard_own: float | None = Field(None, ge=0.0, le=1.0)  # the own model's weight in the mix used
     mae: float | None = None
     mape: float | None = None
     rmse: float | None = None

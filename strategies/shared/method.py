@@ -39,8 +39,9 @@ class Method:
     `client_step`: the client module its clients run when it declares no handler of its own (e.g.
     the generic `train`). `model_records`: name patterns (`fnmatch`, e.g. `cluster-*`) of the model
     ArrayRecords it sends besides the shared `global` / `personal` / `model`; reply validation
-    accepts and checks them as models. `default`: the run config's `method` when it names none (one
-    registered method says so).
+    accepts and checks them as models. `safeguard`: its clients honour the run config's `safeguard`
+    (a graph method: each client may mix the received model with its own, `client_app/safeguard.py`).
+    `default`: the run config's `method` when it names none (one registered method says so).
     """
 
     name: str
@@ -53,4 +54,5 @@ class Method:
     summary: str = ""
     client_step: str | None = None
     model_records: tuple[str, ...] = ()
+    safeguard: bool = False
     default: bool = False

@@ -88,6 +88,11 @@ class RunConfig(Settings):
     # separate evaluate phase after each evaluated round (strategies/shared/fusion.py)
     fuse_evaluate: bool = True
     finetune_epochs: int = Field(1, ge=0)
+    # graph methods: each client mixes the received model with its own last trained one, the weight
+    # chosen on a held-out slice of its train split (client_app/safeguard.py); off = the paper's
+    safeguard: Literal["mix", "off"] = "mix"
+    safeguard_holdout: float = Field(0.1, gt=0.0, lt=0.5)  # the held-out share of the train split
+    safeguard_grid: int = Field(5, ge=2, le=21)  # mixing weights tested per received model
     round_timeout: float = Field(600.0, gt=0.0)
     max_update_norm: float = Field(10000.0, ge=0.0)  # drop replies whose model moved further (0 = off)
     aggregation: Literal["mean", "median", "trimmed-mean"] = "mean"  # the global part's rule

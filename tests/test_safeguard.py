@@ -1,0 +1,214 @@
+"""The graph methods' per-client safeguard (`client_app/safeguard.py`): held-out slice, own model,
+mixing, its choice and its cost, through the real ClientApp handlers."""
+
+from __future__ import annotations
+
+import math
+import uuid
+
+import numpy as np
+import pytest
+import torch
+from flwr.app import ArrayRecord, Context, Message, RecordDict
+
+from client_app import safeguard
+from client_app.app import app as client_app
+from client_app.runtime import ClientRuntime, client_runtime
+from models import build_model
+from server_app.harness.local_grid import LocalGrid
+from strategies.shared.messages import (
+    CONFIG, EVALUATE, GLOBAL, METRICS, PERSONAL, TRAIN_LOCAL, EvaluateReply, with_client
+)
+from strategies.shared.registry import METHODS
+from strategies.shared.run_config import RunConfig, default_run_config
+from tests.builders import evaluate_config, train_config
+
+GUARD = {"safeguard_holdout": 0.25, "safeguard_grid": 5}
+OVERRIDES = {"method": "fedu", "dataset": "digits", "model": "mclr", "partition": "label-clusters",
+             "num-clusters": 2, "labels-per-cluster": 5, "num-clients": 2,
+             "max-samples-per-client": 80, "client-threads": 1}
+
+
+@pytest.fixture
+def node():
+    """A LocalGrid-backed node context hosting client 0, and the run config."""
+    flat = {**default_run_config(), **OVERRIDES}
+    grid = LocalGrid(client_app, 1, flat)  # sets the task identity Flower messages need
+    context = next(iter(grid.contexts.values()))
+    return RunConfig.from_flower(flat), context
+
+
+def _message(records: dict, message_type: str) -> Message:
+    message = Message(with_client(RecordDict(records), 0), dst_node_id=1, message_type=message_type)
+    message.metadata.__dict__["_message_id"] = uuid.uuid4().hex
+    return message
+
+
+def _model(cfg: RunConfig, seed: int) -> ArrayRecord:
+    torch.manual_seed(seed)
+    return ArrayRecord(build_model(cfg.model, (1, 28, 28), 10).state_dict())
+
+
+def _held(context: Context) -> int:
+    """The held-out count of client 0 under GUARD."""
+    return math.ceil(GUARD["safeguard_holdout"] * len(_runtime(context).data.train_y))
+
+
+def _runtime(context: Context) -> ClientRuntime:
+    return client_runtime(_message({}, TRAIN_LOCAL), context)
+
+
+def test_holdout_is_a_fixed_disjoint_slice_of_at_least_one_sample():
+    train, held = safeguard.holdout_index(80, 0.1, 3, 5)
+    assert len(held) == 8 and len(train) == 72
+    assert set(train.tolist()).isdisjoint(held.tolist())
+    assert sorted(train.tolist() + held.tolist()) == list(range(80))
+    again = safeguard.holdout_index(80, 0.1, 3, 5)[1]
+    assert torch.equal(held, again)  # the same slice every round
+    assert not torch.equal(held, safeguard.holdout_index(80, 0.1, 3, 6)[1])  # its own per client
+    assert len(safeguard.holdout_index(5, 0.01, 0, 0)[1]) == 1
+    assert len(safeguard.holdout_index(2, 0.9, 0, 0)[0]) == 1  # never every sample
+    assert len(safeguard.holdout_index(1, 0.5, 0, 0)[1]) == 0
+
+
+def test_mix_is_the_linear_interpolation_and_keeps_integer_buffers():
+    own = {"w": torch.zeros(3), "n": torch.tensor(1)}
+    other = {"w": torch.ones(3) * 4, "n": torch.tensor(7)}
+    mixed = safeguard.mix(own, other, 0.25)
+    assert torch.allclose(mixed["w"], torch.ones(3)) and int(mixed["n"]) == 7
+    assert torch.equal(safeguard.mix(own, other, 0.0)["w"], own["w"])
+    assert safeguard.grid(5) == [0.0, 0.25, 0.5, 0.75, 1.0]
+
+
+def test_off_or_without_an_own_model_the_received_model_is_used_unchanged(node):
+    cfg, context = node
+    rt = _runtime(context)
+    received = {PERSONAL: _model(cfg, 1)}
+    off = train_config()
+    from strategies.shared.messages import TrainInstructions
+    ins_off, ins_on = TrainInstructions.read(off), TrainInstructions.read(train_config(**GUARD))
+    assert safeguard.choose(rt, context, ins_off, received)[0] is received[PERSONAL]
+    assert safeguard.choose(rt, context, ins_on, received)[0] is received[PERSONAL]  # no own yet
+    assert safeguard.train_index(rt, ins_off) is None
+    assert len(safeguard.train_index(rt, ins_on)) == len(rt.data.train_y) - _held(context)
+
+
+def _train(context: Context, start: ArrayRecord, **fields) -> Message:
+    reply = client_app(_message({PERSONAL: start, CONFIG: train_config(**fields)}, TRAIN_LOCAL), context)
+    assert not reply.has_error(), reply.error
+    return reply
+
+
+def test_training_keeps_the_own_model_and_uses_only_the_train_part(node):
+    cfg, context = node
+    reply = _train(context, _model(cfg, 1), **GUARD)
+    n = len(_runtime(context).data.train_y)
+    assert int(reply.content[METRICS]["num-examples"]) == n - _held(context)
+    own = safeguard.own_model(context, 0)
+    for key, array in reply.content[PERSONAL].items():
+        np.testing.assert_array_equal(own[key].numpy(), array.numpy())
+    off = _train(Context(run_id=1, node_id=context.node_id, node_config=context.node_config,
+                         state=RecordDict(), run_config=context.run_config), _model(cfg, 1))
+    assert int(off.content[METRICS]["num-examples"]) == n  # off: every sample, nothing kept
+
+
+def _evaluate(context: Context, personal: ArrayRecord, **fields) -> EvaluateReply:
+    reply = client_app(_message({PERSONAL: personal, CONFIG: evaluate_config(**fields)}, EVALUATE),
+                       context)
+    assert not reply.has_error(), reply.error
+    return EvaluateReply.read(reply.content[METRICS])
+
+
+def test_a_useless_received_model_is_replaced_by_the_own_model(node):
+    cfg, context = node
+    for round_ in range(1, 6):  # a few epochs: the own model learns the client's labels
+        start = safeguard.own_model(context, 0) or _model(cfg, 1)
+        _train(context, start, server_round=round_, **GUARD)
+    own = safeguard.own_model(context, 0).to_torch_state_dict()
+    useless = {k: torch.zeros_like(v) for k, v in own.items()}
+    bias = [k for k in useless if k.endswith("bias")][-1]  # the output layer's
+    useless[bias][9] = 100.0  # always a label client 0 does not have: every mix with a > 0 says 9
+    assert 9 not in _runtime(context).data.train_y.tolist()
+    guarded = _evaluate(context, ArrayRecord(useless), **GUARD)
+    paper = _evaluate(context, ArrayRecord(useless))
+    assert guarded.safeguard_own == 1.0
+    assert paper.accuracy == 0.0 and guarded.accuracy > 0.3
+    own_alone = _evaluate(context, safeguard.own_model(context, 0))
+    assert guarded.accuracy == own_alone.accuracy
+
+
+def test_a_better_received_model_is_taken_whole(node):
+    cfg, context = node
+    _train(context, _model(cfg, 1), **GUARD)  # one short epoch from a random start: a weak own model
+    strong = safeguard.own_model(context, 0)
+    rt = _runtime(context)
+    x, y = rt.tensors("train")
+    model = rt.model(strong)
+    from client_app.training import seeded_generator, train_epochs
+    train_epochs(model, x, y, epochs=30, batch_size=16, lr=0.1, momentum=0.0,
+                 generator=seeded_generator(0))  # has seen the held-out slice too: clearly better
+    better = ArrayRecord({k: v.detach() for k, v in model.state_dict().items()})
+    guarded = _evaluate(context, better, **GUARD)
+    assert guarded.safeguard_own == 0.0
+
+
+def test_a_received_model_is_scored_once_per_own_model(node, monkeypatch):
+    """A fused round evaluates and then trains with the same received model: the held-out slice is
+    scored for it once. Cost: at most (1 + grid − 1) passes over the slice per received model."""
+    cfg, context = node
+    _train(context, _model(cfg, 1), **GUARD)
+    calls = []
+    original = safeguard.evaluate
+    monkeypatch.setattr(safeguard, "evaluate", lambda m, x, *a, **k: calls.append(len(x)) or original(m, x, *a, **k))
+    received = _model(cfg, 3)
+    _evaluate(context, received, server_round=1, **GUARD)
+    first = list(calls)
+    assert first == [_held(context)] * 5  # the own model + the 4 mixes with a > 0, on the held-out slice
+    _evaluate(context, received, server_round=1, **GUARD)
+    assert calls == first  # cached
+    _train(context, received, server_round=2, **GUARD)
+    assert calls == first  # training from the same received model: cached too
+    _evaluate(context, received, server_round=2, **GUARD)
+    assert len(calls) == 10  # a new own model: scored again
+    # so a received model costs grid × holdout passes over the train split: half a pass by default
+    defaults = RunConfig.from_flower(default_run_config())
+    assert defaults.safeguard_grid * defaults.safeguard_holdout == pytest.approx(0.5)
+
+
+def test_runner_sends_the_safeguard_only_to_graph_methods():
+    from server_app.runner import FederationRunner as Runner
+    graph = {name for name, m in METHODS.items() if m.safeguard}
+    assert graph == {"flt", "sfl", "sfl-star", "fedska", "fedu"}
+    for method, expected in (("sfl", True), ("fedavg", False), ("local", False)):
+        cfg = RunConfig.from_flower({**default_run_config(), "method": method})
+        runner = Runner.__new__(Runner)
+        runner.cfg = cfg
+        fields = runner.safeguard_fields()
+        assert bool(fields) == expected
+        if expected:
+            assert fields == {"safeguard_holdout": 0.1, "safeguard_grid": 5}
+    off = RunConfig.from_flower({**default_run_config(), "method": "sfl", "safeguard": "off"})
+    runner = Runner.__new__(Runner)
+    runner.cfg = off
+    assert runner.safeguard_fields() == {}
+
+
+def test_bad_safeguard_settings_fail_naming_the_key():
+    with pytest.raises(ValueError, match="safeguard"):
+        RunConfig.from_flower({**default_run_config(), "safeguard": "always"})
+    with pytest.raises(ValueError, match="safeguard-holdout"):
+        RunConfig.from_flower({**default_run_config(), "safeguard-holdout": 0.7})
+
+
+def test_evaluation_fine_tunes_the_used_model_and_keeps_it_as_the_own_model(node):
+    cfg, context = node
+    _train(context, _model(cfg, 1), **GUARD)
+    before = safeguard.own_model(context, 0).to_torch_state_dict()
+    reply = _evaluate(context, _model(cfg, 4), finetune_epochs=1, **GUARD)
+    assert reply.finetuned_accuracy is not None and reply.global_accuracy is None
+    after = safeguard.own_model(context, 0).to_torch_state_dict()
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    fresh = Context(run_id=1, node_id=context.node_id, node_config=context.node_config,
+                    state=RecordDict(), run_config=context.run_config)
+    paper = _evaluate(fresh, _model(cfg, 4), finetune_epochs=1)  # off: personal is only tested
+    assert paper.finetuned_accuracy is None and safeguard.own_model(fresh, 0) is None
