@@ -165,16 +165,12 @@ def results_table(name: str, link_prefix: str = "") -> str:
             raise ValueError(f"docs: results '{name}' has no renderer (docs.gen.RENDERERS)")
         return f"{link}\n\n{first_table(text)}"
     compare = importlib.import_module("benchmarks.compare")
-    summaries = data["summaries"]
     s = data["settings"]
-    columns = compare.columns_for(summaries)
     lines = [
         f"{link}: {s['dataset']}, `{s['partition']}`, {s['num-clients']} clients, `{s['model']}`, "
         f"{s['num-rounds']} rounds, fraction-train {s['fraction-train']}, seed {s['seed']}",
         "",
-        "| " + " | ".join(columns) + " |",
-        "|" + "|".join(["---"] + ["---:"] * (len(columns) - 1)) + "|",
-        *("| " + " | ".join(compare.table_row(summary)) + " |" for summary in summaries),
+        *compare.summary_table(data["summaries"]),
     ]
     return "\n".join(lines)
 
