@@ -14,6 +14,8 @@ Markers in a docs page, filled in place by `python -m docs.gen` (and at every bu
     <!-- gen:results NAME [NAME ...] -->  ...  <!-- /gen -->
     <!-- gen:method-results METHOD -->  ...  <!-- /gen -->  (every committed comparison it ran in)
     <!-- gen:suite-delta FOLDER -->  ...  <!-- /gen -->   (the suite's Δ matrix from its suite.json)
+    <!-- gen:block NAME -->  ...  <!-- /gen -->  (a table or sentences of the method pages that cite
+                                                  committed results: docs/blocks/)
 
 `python -m docs.gen results --out DIR` re-renders every results Markdown file and plot (Markdown
 and PNG) from the committed JSON into DIR; the suite's per-cell Markdown and plots are not committed,
@@ -276,7 +278,7 @@ def settings_table(section: str) -> str:
 
     sections = registry.sections()
     if section not in sections:
-        raise KeyError(f"docs: no settings section '{section}'; registered: {', '.join(sorted(sections))}")
+        return common_settings_table(section, sorted(sections))
     model = sections[section]
     comments: dict[str, str] = {}
     for klass in reversed(model.__mro__):  # inherited fields keep their own comments
@@ -291,6 +293,25 @@ def settings_table(section: str) -> str:
         meaning = comments.get(name, "").replace("|", "\\|")
         rows.append((f"`{key}`", _allowed(field), _default(field.default), meaning))
     return "\n".join(markdown_table(["key", "allowed", "default", "meaning (from the source)"], "llll", rows))
+
+
+def common_settings_table(prefix: str, sections: list[str]) -> str:
+    """The common run-config keys named `<prefix>` or `<prefix>-*` (e.g. `safeguard`), as
+    `settings_table` shows a method's section."""
+    from strategies.shared.run_config import RunConfig
+
+    comments = field_comments(RunConfig)
+    fields = [(name, field) for name, field in RunConfig.model_fields.items()
+              if (field.alias or name) == prefix or (field.alias or name).startswith(prefix + "-")]
+    if not fields:
+        raise KeyError(f"docs: no settings section or common keys '{prefix}'; sections: "
+                       f"{', '.join(sections)}")
+    rows = ["| key | allowed | default | meaning (from the source) |", "|---|---|---|---|"]
+    for name, field in fields:
+        meaning = comments.get(name, "").replace("|", "\\|")
+        rows.append(f"| `{field.alias or name}` | {_allowed(field)} | {_default(field.default)} | "
+                    f"{meaning} |")
+    return "\n".join(rows)
 
 
 # --- markers ---------------------------------------------------------------------------------------
@@ -308,9 +329,13 @@ def fill(text: str, page: Path) -> str:
             body = "\n\n".join(method_results(method, prefix) for method in args)
         elif kind == "suite-delta":
             body = "\n\n".join(suite_delta(folder, prefix) for folder in args)
+        elif kind == "block":
+            from docs import blocks
+
+            body = "\n\n".join(blocks.render(name, prefix) for name in args)
         else:
             raise ValueError(f"docs/{page}: unknown marker 'gen:{kind}' "
-                             "(allowed: settings, results, method-results, suite-delta)")
+                             "(allowed: settings, results, method-results, suite-delta, block)")
         return f"<!-- gen:{kind}{match.group(2)} -->\n{body}\n<!-- /gen -->"
 
     return MARKER.sub(generated, text)

@@ -1,14 +1,19 @@
 """The documentation site: it builds with warnings as errors (broken internal links and anchors
-included), its generated parts are up to date, every results page is its committed JSON rendered by
-the benchmark that wrote it, every number of a README or docs table row that cites results is in
-those results' JSON, and every section moved out of the README has its page."""
+included), loads no script from outside (Mermaid comes with it, so the diagrams render offline), its
+generated parts are up to date, every results page is its committed JSON rendered by the benchmark
+that wrote it, every number of a README or docs table row that cites results is in those results'
+JSON, the method pages cite results only through generated blocks, and every section moved out of
+the README has its page."""
 
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from docs import gen
 from tests.conftest import REPO
@@ -17,16 +22,20 @@ README = REPO / "README.md"
 README_MAX_LINES = 200
 
 
-def test_the_site_builds_strict_with_every_internal_link_resolved(tmp_path):
-    """`mkdocs build --strict` (mkdocs.yml: missing pages, links and anchors are warnings): about
-    20 s on two loaded cores."""
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """The site built by `mkdocs build --strict` (mkdocs.yml: missing pages, links and anchors are
+    warnings), once for this module: about 20 s on two loaded cores."""
+    out = tmp_path_factory.mktemp("docs") / "site"
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "PYTHONPATH": str(REPO)}
     done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir",
-                           str(tmp_path / "site")], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=600)
+                           str(out)], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     warnings = [line for line in done.stderr.splitlines() if line.startswith(("WARNING", "ERROR"))]
     assert done.returncode == 0 and not warnings, "\n".join(warnings) or done.stderr[-3000:]
-    site = tmp_path / "site"
+    return out
+
+
+def test_the_site_builds_strict_with_every_internal_link_resolved(site):
     for page in ("index.html", "methods/sfl/index.html", "results/default-job/index.html",
                  "results/index.html", "api/index.html"):
         assert (site / page).is_file(), page
@@ -34,6 +43,69 @@ def test_the_site_builds_strict_with_every_internal_link_resolved(tmp_path):
     assert "sfl.staleness-decay" in sfl and 'class="mermaid"' in sfl
     api = (site / "api/index.html").read_text()
     assert "sections" in api and "MethodSettings" in api and "TensorBoardLog" in api  # rendered from the docstrings
+
+
+# --- Mermaid from the site itself: the diagrams render offline --------------------------------------
+MERMAID = REPO / "docs" / "assets" / "mermaid"
+SCRIPT_SRC = re.compile(r"<script\b[^>]*\bsrc=[\"']([^\"']+)[\"']", re.I)
+
+
+def test_the_built_site_loads_no_script_from_outside(site):
+    """Every `<script src>` of every page is a file of the site (Mermaid included: Material loads it
+    from a CDN only when no global `mermaid` exists, and the site brings its own)."""
+    outside, mermaid_pages = [], 0
+    for page in site.rglob("*.html"):
+        text = page.read_text()
+        for src in SCRIPT_SRC.findall(text):
+            if re.match(r"(?i)^(?:[a-z][a-z0-9+.-]*:|//)", src):
+                outside.append(f"{page.relative_to(site)}: {src}")
+            else:
+                base = site if src.startswith("/") else page.parent  # 404.html: from the site root
+                assert (base / src.split("?")[0].lstrip("/")).resolve().is_file(), (page, src)
+        if 'class="mermaid"' in text:
+            mermaid_pages += 1
+            assert "assets/mermaid/mermaid.min.js" in text, page
+    assert outside == []
+    assert mermaid_pages >= 6
+    assert (site / "assets" / "mermaid" / "LICENSE").is_file()  # the MIT license travels with it
+
+
+def test_the_vendored_mermaid_is_the_recorded_release():
+    import hashlib
+
+    recorded = re.search(r"^sha256 ([0-9a-f]{64})$", (MERMAID / "SOURCE.txt").read_text(), re.M)
+    digest = hashlib.sha256((MERMAID / "mermaid.min.js").read_bytes()).hexdigest()
+    assert recorded and digest == recorded.group(1)
+    assert "MIT License" in (MERMAID / "LICENSE").read_text()
+
+
+def mermaid_blocks() -> list[tuple[str, str]]:
+    return [(p.name, block) for p in gen.pages()
+            for block in re.findall(r"```mermaid\n(.*?)```", p.read_text(), re.S)]
+
+
+def test_no_mermaid_message_holds_a_semicolon():
+    """Mermaid ends a statement at `;`, so a message with one stops the whole diagram from
+    rendering (the page then shows its source)."""
+    blocks = mermaid_blocks()
+    assert len(blocks) >= 6
+    assert [name for name, block in blocks if ";" in block] == []
+
+
+CHROMIUM = next((c for c in ("chromium", "chromium-browser", "google-chrome") if shutil.which(c)), None)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no headless Chromium on this machine")
+def test_every_diagram_renders_in_a_browser_with_no_network(site):
+    """Headless Chromium with every host unresolvable: Material replaces each `<pre class=mermaid>`
+    by the drawn diagram (`<div class=mermaid>`); a diagram that fails keeps its source."""
+    for page in sorted(p for p in site.rglob("index.html") if 'class="mermaid"' in p.read_text()):
+        dom = subprocess.run(
+            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+             "--host-resolver-rules=MAP * ~NOTFOUND", "--virtual-time-budget=15000", "--dump-dom",
+             page.as_uri()], capture_output=True, text=True, timeout=180).stdout
+        drawn, failed = dom.count('<div class="mermaid">'), dom.count('<pre class="mermaid">')
+        assert drawn >= 1 and failed == 0, f"{page.relative_to(site)}: {drawn} drawn, {failed} not"
 
 
 def test_the_committed_generated_parts_are_up_to_date():
@@ -136,3 +208,93 @@ def test_the_readme_is_short_and_links_a_page_for_every_moved_section():
              "robustness-suite", "benchmarks", "api", "methods/overview", "methods/flt", "methods/sfl",
              "methods/fedska", "methods/fedu", "methods/fedcg", "methods/baselines"}
     assert {f"docs/{name}.md" for name in moved} <= set(links)
+
+
+# --- the method pages: every number cited from results is generated -------------------------------
+METHOD_PAGES = sorted((gen.DOCS / "methods").glob("*.md"))
+# tables a method page may hold outside a generated block: settings and link tables, no results
+NON_RESULTS_TABLES = {
+    "| key | default | meaning |",
+    "| key | default | paper / spec | why (measured in the results below) |",
+    "| `sfl.graph` | prior A |",
+    "| method | page |",
+}
+# what only a measurement writes: a percentage (not the "best 5%" / "worst 5%" of a column name), a
+# ratio (3.9×, not 3×3), a ± or an arrow between decimals (91.5 → 97.3, not k = 5 → 3)
+RESULT_LIKE = re.compile(r"(?<!best )(?<!worst )\b\d+(?:\.\d+)?\s?(?:%|×(?!\d))|±|\d\.\d+\s?→\s?\d")
+
+
+def hand_written(text: str) -> str:
+    """A page without its generated blocks, code blocks, inline code and HTML comments."""
+    text = gen.MARKER.sub("", text)
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    text = re.sub(r"<!--.*?-->", "", text, flags=re.S)
+    return re.sub(r"`[^`\n]*`", "", text)
+
+
+def tables_outside_blocks(text: str) -> list[str]:
+    """The header row of every Markdown table outside the generated blocks."""
+    lines = gen.MARKER.sub("", text).splitlines()
+    return [line.strip() for i, line in enumerate(lines)
+            if line.startswith("|") and (i == 0 or not lines[i - 1].startswith("|"))]
+
+
+def test_the_method_pages_have_no_results_table_outside_a_generated_block():
+    assert len(METHOD_PAGES) >= 13
+    found = {f"{p.name}: {h}" for p in METHOD_PAGES for h in tables_outside_blocks(p.read_text())
+             if h not in NON_RESULTS_TABLES}
+    assert found == set(), "a results table must be generated (docs/blocks/, gen:block)"
+
+
+def test_the_method_pages_write_no_measured_number_by_hand():
+    """Outside the generated blocks no percentage, ratio, ± or before → after of numbers: prose that
+    cites a result has its sentence generated (docs/blocks/)."""
+    found = [f"{p.name}: …{m.string[max(0, m.start() - 40):m.end() + 20]}…".replace("\n", " ")
+             for p in METHOD_PAGES for m in RESULT_LIKE.finditer(hand_written(p.read_text()))]
+    assert found == []
+
+
+def test_the_checks_catch_a_hand_written_result():
+    page = "| q | sfl |\n|---|---:|\n| 2 | 97.31 |\n\nSFL is 8.7 points above, 3.9× the mean (91.5 → 97.3).\n"
+    assert tables_outside_blocks(page) == ["| q | sfl |"]
+    assert len(RESULT_LIKE.findall(hand_written(page))) == 2
+    generated = "<!-- gen:block sfl-scale -->\n| q | sfl |\n3.9× and 91.5 → 97.3\n<!-- /gen -->\n"
+    assert tables_outside_blocks(generated) == [] and RESULT_LIKE.findall(hand_written(generated)) == []
+    assert RESULT_LIKE.findall("Conv3×3, 28×28 images, 2×2 pooling, k = 5 → 3, worst 5%") == []
+
+
+def test_every_generated_block_reads_only_committed_results():
+    """Each block of docs/blocks/ is used on a page and reads files tracked by git under
+    benchmarks/results/ (never outputs/ or a local run)."""
+    from docs import blocks
+
+    used = {name for p in gen.pages() for kind, args in re.findall(
+        r"<!-- gen:([\w-]+)((?: (?!-->)[^ \n]+)*) -->", p.read_text()) if kind == "block"
+        for name in args.split()}
+    assert used == set(blocks.names())
+    tracked = set(subprocess.run(["git", "ls-files", "benchmarks/results"], cwd=REPO, text=True,
+                                 capture_output=True, check=True).stdout.split())
+    for name in blocks.names():
+        _, paths = blocks.generate(name)
+        assert paths, name
+        assert {p.relative_to(REPO).as_posix() for p in paths} <= tracked, name
+
+
+def test_a_run_table_is_read_from_markdown_only_when_its_json_was_never_committed():
+    from docs.blocks import data
+
+    run = data.markdown_run("suite/diagnosis/d1")
+    assert run.get("sfl", "mean") == 36.17 and run.get("fedavg", "global+FT mean") is None
+    with pytest.raises(ValueError, match="is committed"):
+        data.markdown_run("default-job")
+    with pytest.raises(ValueError, match="not under benchmarks/results"):
+        data.raw("../../pyproject")
+
+
+def test_a_block_refuses_a_suite_folder_that_ran_another_setting_than_it_says():
+    from docs.blocks import data
+
+    data.expect_setting(["suite/fedska-k3-seed0"], "fedska.k", [3])
+    with pytest.raises(ValueError, match="fedska.k = 3, not 5"):
+        data.expect_setting(["suite/fedska-k3-seed0"], "fedska.k", [5])
+    data.expect_setting(["suite/label-clusters-seed0"], "fedu.untrained", [data.MISSING, "initial"])

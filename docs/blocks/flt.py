@@ -1,0 +1,219 @@
+"""docs/methods/flt.md: the runs behind FLT's defaults, the 50-client comparisons and the server's
+cost at scale."""
+
+from __future__ import annotations
+
+from docs.blocks import block
+from docs.blocks.data import (MISSING, NOT_RECORDED, compare, expect_setting, num, pct, raw, signed,
+                              span, suite, table, times)
+
+DIAG = "suite/diagnosis"
+SETTINGS = ("shards", "label-clusters", "domains", "dirichlet")
+RHOS = (1.0, 0.2)
+SEED_FOLDERS = tuple(f"suite/{s}-seed{i}" for s in ("label-clusters", "domains", "shards-dirichlet")
+                     for i in (0, 1, 2))  # the suite as run with flt.threshold = absolute (γ = 1)
+RELATIVE = {"0.1": tuple(f"{DIAG}/flt-relative-0.1/seed{i}" for i in (0, 1, 2)),
+            "0.05": (f"{DIAG}/flt-relative-0.05",), "0.04": (f"{DIAG}/flt-relative-0.04",),
+            "0.03": (f"{DIAG}/flt-relative-0.03",)}
+NOTE = "fedska-flt-fedu"
+
+
+def _thresholds() -> dict[str, dict]:
+    return {row["setting"]: row for row in raw("flt-thresholds")["rows"]}
+
+
+def _setting(rows: dict[str, dict], prefix: str) -> dict:
+    return next(row for name, row in rows.items() if name.startswith(prefix))
+
+
+@block("flt-defaults")
+def defaults(prefix: str) -> str:
+    th = _thresholds()
+    shards_gamma1 = compare(f"{DIAG}/flt-shards-seed0/flt-shards-defaults-rho1-seed0").get("flt", "flt")
+    m50 = compare("flt-label-clusters-m50-defaults").get("flt", "flt")
+    ari = {rel: compare(f"{DIAG}/flt-m50-relative/lc00{rel[-1]}").get("flt", "flt")["ari"]
+           for rel in ("0.04", "0.03")}
+    iid, iid_abs = compare("flt-iid-m50-defaults"), compare("flt-iid-m50")
+    dir_, dir_abs = compare("flt-dirichlet1-m50-defaults"), compare("flt-dirichlet1-m50")
+    fresh = suite(f"{DIAG}/flt-fresh-only-umap5-seed0")
+    old_graph = suite("suite/flt-fresh-only-label-clusters-seed0")
+    note = f"[`{NOTE}.md`]({prefix}results/{DIAG}/{NOTE}.md)"
+    rows = [
+        ("`flt.threshold`, `flt.relative-gamma`", "`relative`, 0.05", "`absolute` (γ = 1)",
+         f"median client-pair distance in UMAP units: {num(_setting(th, 'shards')['median'], 1)} on "
+         f"shards, {num(_setting(th, 'domains')['median'], 1)} on rotated domains; γ = 1 on shards "
+         f"(seed 0): {shards_gamma1['discovered-clusters']} groups, {shards_gamma1['edges']} edges "
+         f"among {shards_gamma1['clients-placed']} clients; Δ per cell: the table below. 50 clients, "
+         f"label-clusters: ARI of the Ward clusters {num(m50['ari'])} at 0.05, "
+         f"{num(ari['0.04'])} at 0.04, {num(ari['0.03'])} at 0.03. 50 clients, ρ = 0.2, no client "
+         f"structure: iid {num(iid.pers('flt'))} (γ = 1: {num(iid_abs.pers('flt'))}; FedAvg "
+         f"{num(iid.pers('fedavg'))}), Dirichlet α = 1 {num(dir_.pers('flt'))} "
+         f"({num(dir_abs.pers('flt'))}; FedAvg {num(dir_.pers('fedavg'))})"),
+        ("`flt.umap-neighbors`", "5", "15 (UMAP's default)",
+         f"share of Ã's edges inside the true clusters and ARI with 15 and with 5 neighbours: "
+         f"{NOT_RECORDED} (the hand-written note {note} lists them)"),
+        ("`flt.fresh-only`", "true", "false (the spec's stale-inclusive average)",
+         f"ρ = 0.2, seed 0, fresh-only: label-clusters "
+         f"{num(fresh.value('label-clusters', 0.2, 'flt'))} (worst 5 % "
+         f"{num(fresh.value('label-clusters', 0.2, 'flt', 'worst'))}), domains "
+         f"{num(fresh.value('domains', 0.2, 'flt'))} "
+         f"({num(fresh.value('domains', 0.2, 'flt', 'worst'))}); the stale-inclusive average on "
+         f"the same graph: {NOT_RECORDED}. On the earlier, merged graph fresh-only left clients "
+         f"with no sampled neighbour at the initial model: label-clusters "
+         f"{num(old_graph.value('label-clusters', 0.2, 'flt'))}, worst 5 % "
+         f"{num(old_graph.value('label-clusters', 0.2, 'flt', 'worst'))}"),
+    ]
+    return table(("key", "default", "paper / reference", "measurement"), rows, align="llll")
+
+
+@block("flt-relative")
+def relative(prefix: str) -> str:
+    """Δ vs max(FedAvg, Local) per cell under each threshold rule, mean of 3 seeds."""
+    expect_setting(SEED_FOLDERS, "flt.threshold", [MISSING, "absolute"])
+    expect_setting(SEED_FOLDERS, "flt.gamma", [1.0])
+    for rel, folders in RELATIVE.items():
+        expect_setting(folders, "flt.threshold", ["relative"])
+        expect_setting(folders, "flt.relative-gamma", [float(rel)])
+    rules = [("γ = 1 (absolute)", suite(*SEED_FOLDERS))]
+    rules += [(f"{rel} × median" if rel != "0.05" else f"**{rel} × median**", suite(*folders))
+              for rel, folders in RELATIVE.items()]
+    header = ["threshold"] + [f"{s.replace('label-clusters', 'label-cl.').replace('dirichlet', 'Dirichlet')} "
+                              f"{r:g}" for s in SETTINGS for r in RHOS]
+    rows = [(name, *(signed(s.delta(setting, r, "flt")) for setting in SETTINGS for r in RHOS))
+            for name, s in rules]
+    return table(header, rows)
+
+
+@block("flt-thresholds-reading")
+def thresholds_reading(prefix: str) -> str:
+    th = _thresholds()
+    digits, job = _setting(th, "digits"), _setting(th, "default job")
+    lc20 = _setting(th, "label-clusters")
+    job_run = compare("default-job")
+    gap_job = job["rules"]["largest gap"]["share-inside"]
+    gap_lc = lc20["rules"]["largest gap"]["share-inside"]
+    inside = [row["rules"]["0.05 × median"]["share-inside"] for row in th.values()]
+    return (
+        f"With 3 groups of 3 clients (digits) clients of one group lie up to "
+        f"{num(digits['inside-max'])} × the median apart, and 0.05 links "
+        + ("none of them" if digits["rules"]["0.05 × median"]["edges-per-client"] == 0 else "some")
+        + f" (γ = 1: {pct(digits['rules']['γ = 1']['share-inside'], 0)} of its edges inside a group). "
+        f"In the default job (10 clients in 5 groups of 2) the groups overlap in the embedding "
+        f"(inside up to {num(job['inside-max'])} × median, across from {num(job['across-min'])}): "
+        + ("no pair is linked" if job["rules"]["0.05 × median"]["edges-per-client"] == 0
+           else "few pairs are linked")
+        + f" and FLT ends where local training does ({num(job_run.pers('flt'))} and "
+        f"{num(job_run.pers('local'))}; with γ = 1, {pct(job['rules']['γ = 1']['share-inside'], 0)} "
+        f"of the edges are inside a group, its accuracy {NOT_RECORDED}). A cut at the largest "
+        "ratio gap of the sorted pair distances (below the median), in the same file, links the "
+        f"digits groups exactly but links across groups on label-clusters with 20 clients "
+        f"({pct(gap_lc, 0)} of its edges inside) and in the default job ({pct(gap_job, 0)}), while "
+        f"the relative rule's edges are {span([100 * v for v in inside if v is not None], 0, ' %')} "
+        "inside wherever it links anyone. It was not adopted.")
+
+
+@block("flt-reference-rerun")
+def reference_rerun(prefix: str) -> str:
+    d, r = compare("flt-label-clusters-m50-defaults"), compare("flt-label-clusters-m50")
+    f = d.get("flt", "flt")
+    inside = "every edge inside a true cluster" if f["edges-inside-true-clusters"] == 1.0 else \
+        f"{pct(f['edges-inside-true-clusters'], 0)} of the edges inside a true cluster"
+    return (f"Re-run with the defaults (seed 0): FLT {num(d.pers('flt'))} (reference settings "
+            f"{num(r.pers('flt'))}; FedAvg {num(d.pers('fedavg'))}), ARI {num(f['ari'])}, {inside}.")
+
+
+SEEDS = ("flt-label-clusters-m50", "flt-label-clusters-m50-seed1", "flt-label-clusters-m50-seed2")
+
+
+@block("flt-m50")
+def m50(prefix: str) -> str:
+    c, rho1 = compare("flt-label-clusters-m50"), compare("flt-label-clusters-m50-rho1")
+    f = c.get("flt", "flt")
+    inside = pct(f["edges-inside-true-clusters"], 0)
+    return (
+        f"On `label-clusters` (5 clusters × 2 labels) FCR recovers the clusters (ARI "
+        f"{num(f['ari'], 3)}, {inside} of Ã's edges inside true clusters) and FLT reaches "
+        f"{num(c.pers('flt'), 1)} % mean personalized accuracy against FedAvg's "
+        f"{num(c.pers('fedavg'), 1)} % (fraction-train 0.2; IFCA {num(c.pers('ifca'), 1)}, FedSEM "
+        f"{num(c.pers('fedsem'), 1)}) and {num(rho1.pers('flt'), 1)} % against "
+        f"{num(rho1.pers('fedavg'), 1)} % (fraction-train 1.0; IFCA {num(rho1.pers('ifca'), 1)}, "
+        f"FedSEM {num(rho1.pers('fedsem'), 1)}). Over three seeds at fraction-train 0.2:")
+
+
+@block("flt-m50-seeds")
+def m50_seeds(prefix: str) -> str:
+    rows = []
+    for seed, name in enumerate(SEEDS):
+        c = compare(name)
+        rows.append((str(seed), *(num(c.pers(m)) for m in ("flt", "fedavg", "ifca", "fedsem")),
+                     *(str(c.first_round_at(m, 97.0) or "—") for m in ("flt", "ifca"))))
+    return table(("seed", "FLT", "FedAvg", "IFCA", "FedSEM", "FLT round ≥ 97%",
+                  "IFCA round ≥ 97%"), rows)
+
+
+@block("flt-m50-reading")
+def m50_reading(prefix: str) -> str:
+    runs = [compare(n) for n in SEEDS]
+    flt_r = [c.first_round_at("flt", 97.0) for c in runs]
+    ifca_r = [c.first_round_at("ifca", 97.0) for c in runs]
+    behind = [c.pers("ifca") - c.pers("flt") for c in runs]
+    r100 = [compare(f"flt-label-clusters-m50-r100-seed{s}") for s in (0, 1, 2)]
+    per = lambda runs_, m: " / ".join(num(c.pers(m)) for c in runs_)  # noqa: E731
+    beats = lambda runs_, m: sum(c.pers("flt") > c.pers(m) for c in runs_)  # noqa: E731
+    behind100 = [c.pers("ifca") - c.pers("flt") for c in r100]
+    return (
+        "FLT is far above FedAvg and at or above FedSEM (whose K-means of client models sometimes "
+        f"merges two clusters), and reaches 97 % earlier than IFCA (round {span(flt_r, 0)} against "
+        f"{span(ifca_r, 0)}), but ends {span(behind, 1)} points below IFCA, which identifies the "
+        "clusters perfectly on this split and then averages only the fresh models of each cluster; "
+        "FLT's rule in these runs (spec §3, [C] `all_clients`) also averages the unsampled clients' "
+        "stale models, so a round moves a neighbourhood's model only by the sampled share. With "
+        "the paper's 100 rounds (same settings plus `client-threads=1`, "
+        "`flt-label-clusters-m50-r100-seed{0,1,2}.md`): FLT "
+        f"{per(r100, 'flt')}, IFCA {per(r100, 'ifca')}, FedSEM {per(r100, 'fedsem')}, FedAvg "
+        f"{per(r100, 'fedavg')} — FLT beats FedAvg on {beats(r100, 'fedavg')} of 3 seeds, FedSEM on "
+        f"{beats(r100, 'fedsem')} and IFCA on {beats(r100, 'ifca')} ({span(behind100, 1)} behind). "
+        "With the paper's 5 local epochs (`--set local-epochs=5`, otherwise the same 100-round "
+        "runs, `flt-label-clusters-m50-r100-e5-seed{0,1,2}.md`):")
+
+
+@block("flt-m50-e5")
+def m50_e5(prefix: str) -> str:
+    rows = []
+    for seed in (0, 1, 2):
+        c = compare(f"flt-label-clusters-m50-r100-e5-seed{seed}")
+        rows.append((str(seed), *(num(c.pers(m)) for m in ("flt", "ifca", "fedsem", "fedavg"))))
+    return table(("seed", "FLT", "IFCA", "FedSEM", "FedAvg"), rows)
+
+
+@block("flt-unstructured")
+def unstructured(prefix: str) -> str:
+    iid1, dir1 = compare("flt-iid-m50-rho1"), compare("flt-dirichlet1-m50-rho1")
+    iid, r150 = compare("flt-iid-m50"), compare("flt-iid-m50-r150")
+    same_round = next((r for r, v in r150.curve("fedavg") if v >= r150.pers("flt")), None)
+    return (
+        "With the reference settings the same rule decides unstructured splits: with full "
+        f"participation FLT is where FedAvg is (iid {num(iid1.pers('flt'), 1)} vs "
+        f"{num(iid1.pers('fedavg'), 1)}, Dirichlet(1.0) {num(dir1.pers('flt'), 1)} vs "
+        f"{num(dir1.pers('fedavg'), 1)}); at fraction-train 0.2 it progresses about 1/ρ = 5 times "
+        "slower per round (with a complete graph too) and trails Flower's FedAvg, which averages "
+        f"the sampled clients only, by {num(iid.pers('fedavg') - iid.pers('flt'), 1)} points after "
+        f"{iid.settings['num-rounds']} rounds and {num(r150.pers('fedavg') - r150.pers('flt'), 1)} "
+        f"after {r150.settings['num-rounds']} (`flt-iid-m50-r150.md`: {num(r150.pers('flt'), 1)} vs "
+        f"{num(r150.pers('fedavg'), 1)}; FedAvg first reaches FLT's final accuracy in round "
+        f"{same_round}).")
+
+
+@block("flt-scale")
+def scale(prefix: str) -> str:
+    agg = raw("flt-scale")["aggregation"]
+    thr, per_row = agg["flt (threshold Ã)"], agg["flt (threshold Ã, one product per distinct row)"]
+    ward = agg["flt (Ward clusters)"]
+    ratio = lambda part: times(part["all clients trained"]["ratio-to-fedavg"], 2 if part is ward else 1)  # noqa: E731
+    return (
+        "`python -m benchmarks.flt_scale` measures FCR's server side and the aggregation for "
+        f"{agg['clients']:,} clients (`benchmarks/results/flt-scale.md`): with the threshold graph "
+        f"({thr['distinct-rows']:,} distinct rows) the planned sums take {thr['row-axpys']:,} "
+        f"row-axpys instead of {thr['row-axpys-one-product-per-row']:,}, one step {ratio(thr)} a "
+        f"FedAvg mean over the same matrix ({ratio(per_row)} with one product per distinct row); "
+        f"with Ward clusters {ratio(ward)}.")
