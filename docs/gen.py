@@ -306,12 +306,9 @@ def common_settings_table(prefix: str, sections: list[str]) -> str:
     if not fields:
         raise KeyError(f"docs: no settings section or common keys '{prefix}'; sections: "
                        f"{', '.join(sections)}")
-    rows = ["| key | allowed | default | meaning (from the source) |", "|---|---|---|---|"]
-    for name, field in fields:
-        meaning = comments.get(name, "").replace("|", "\\|")
-        rows.append(f"| `{field.alias or name}` | {_allowed(field)} | {_default(field.default)} | "
-                    f"{meaning} |")
-    return "\n".join(rows)
+    rows = [(f"`{field.alias or name}`", _allowed(field), _default(field.default),
+             comments.get(name, "").replace("|", "\\|")) for name, field in fields]
+    return "\n".join(markdown_table(["key", "allowed", "default", "meaning (from the source)"], "llll", rows))
 
 
 # --- markers ---------------------------------------------------------------------------------------
