@@ -28,6 +28,7 @@ from benchmarks.common import (
     benchmark_parser,
     code_version,
     machine_facts,
+    markdown_table,
     set_threads,
     versions_line,
 )
@@ -72,13 +73,13 @@ def markdown(meta: dict, rows: list[dict]) -> str:
         f"{meta['machine']['torch-threads']}), torch {meta['machine']['torch']}",
         *versions_line(meta["machine"]),
         f"- float32 V [N, P], medians of {meta['reps']} repetitions after a warm-up, one process.", "",
-        "| N | P | `V.mean(0)` s | `U.copy_(V)` ×mean | `V.clone()` ×mean | `V + V` ×mean | one kNN-10 hop into U ×mean |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
+        *markdown_table(
+            ["N", "P", "`V.mean(0)` s", "`U.copy_(V)` ×mean", "`V.clone()` ×mean", "`V + V` ×mean",
+             "one kNN-10 hop into U ×mean"], "rrrrrrr",
+            [(r["n"], r["p"], f"{r['mean']:.3f}", *(f"{r[key] / r['mean']:.2f}"
+                                                    for key in ("copy", "clone", "add", "knn-hop")))
+             for r in rows]),
     ]
-    for r in rows:
-        m = r["mean"]
-        lines.append(f"| {r['n']} | {r['p']} | {m:.3f} | {r['copy'] / m:.2f} | {r['clone'] / m:.2f} | "
-                     f"{r['add'] / m:.2f} | {r['knn-hop'] / m:.2f} |")
     lines += ["", "`U.copy_(V)` reads V and writes a matrix of the same size into memory that is "
               "already mapped: the least work of any aggregation that produces one model per client "
               "each round. `V.clone()` and `V + V` also allocate their output (first-touch page "

@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.common import benchmark_parser, code_version, machine_facts
+from benchmarks.common import benchmark_parser, code_version, machine_facts, markdown_table
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
@@ -86,6 +86,14 @@ def one_process(job: dict) -> tuple[dict[str, float], float]:
     return dict(json.loads(done.stdout.strip().splitlines()[-1])), wall
 
 
+def stage_table(rows: list[tuple[str, list[float], str]], wall: float) -> list[str]:
+    """One row per stage (name, [wall s, CPU s], whose), then the whole process's wall time."""
+    return markdown_table(
+        ["stage", "wall s (median)", "CPU s (median)", "whose"], "lrrl",
+        [*((name, f"{value[0]:.3f}", f"{value[1]:.3f}", who) for name, value, who in rows),
+         ("whole process (wall, including the harness's message building)", f"{wall:.3f}", None, None)])
+
+
 def main() -> None:
     from benchmarks.deploy_speed import JOB
 
@@ -112,9 +120,7 @@ def main() -> None:
              f"times wait for a core, the CPU times do not); medians over {args.repeats} fresh "
              f"processes. Job: the deploy benchmark's ({args.method}, digits, cnn, "
              f"{JOB['max-samples-per-client']} samples per client, 1 local epoch).", "",
-             "| stage | wall s (median) | CPU s (median) | whose |", "|---|---:|---:|---|"]
-    lines += [f"| {name} | {value[0]:.3f} | {value[1]:.3f} | {who} |" for name, value, who in rows]
-    lines += [f"| whole process (wall, including the harness's message building) | {wall:.3f} | | |"]
+             *stage_table(rows, wall)]
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{args.name}.md").write_text("\n".join(lines) + "\n")
     (RESULTS / f"{args.name}.json").write_text(json.dumps(

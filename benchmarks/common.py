@@ -1,7 +1,7 @@
 """What the benchmark scripts share: the results folder, progress logging, the command-line parser,
-`--set key=value` parsing, and the provenance every results file starts with (the command, date, code
+`--set key=value` parsing, the provenance every results file starts with (the command, date, code
 version and machine: `machine_facts`, `library_versions`, `code_version`, `provenance`,
-`versions_line`)."""
+`versions_line`) and the Markdown tables of the results pages (`markdown_table`)."""
 
 from __future__ import annotations
 
@@ -173,3 +173,30 @@ def versions_line(machine: dict[str, Any]) -> list[str]:
     kernels = machine.get("cpu-kernels", {})
     return [f"- libraries: {libraries}; CPU kernels: {kernels.get('mode', '?')} "
             f"(torch {kernels.get('torch-cpu-capability', '?')})"]
+
+
+# --- Markdown tables -------------------------------------------------------------------------------
+# A column's alignment letter -> its cell in the separator row.
+ALIGNMENTS = {"l": "---", "r": "---:", "c": ":---:"}
+
+
+def markdown_table(headers: Sequence[str], align: str, rows: Iterable[Sequence[Any]]) -> list[str]:
+    """The lines of a Markdown table: the header row, the separator row and one line per row.
+
+    `align` has one letter per column: `l` left (`---`), `r` right (`---:`), `c` centred (`:---:`).
+    A cell is `str(cell)` between single spaces, written as it is (escape a `|` in it yourself);
+    None leaves the cell blank (`| |`), an empty string is an empty value (`|  |`)."""
+    if len(align) != len(headers) or any(letter not in ALIGNMENTS for letter in align):
+        raise ValueError(f"markdown_table: align {align!r} must have one of "
+                         f"{'/'.join(ALIGNMENTS)} per column ({len(headers)} columns)")
+    lines = [_table_row(headers), "|" + "|".join(ALIGNMENTS[letter] for letter in align) + "|"]
+    for row in rows:
+        if len(row) != len(headers):
+            raise ValueError(f"markdown_table: a row has {len(row)} cells, the header "
+                             f"{len(headers)}: {list(row)!r}")
+        lines.append(_table_row(row))
+    return lines
+
+
+def _table_row(cells: Sequence[Any]) -> str:
+    return "|" + "|".join(" " if cell is None else f" {cell} " for cell in cells) + "|"

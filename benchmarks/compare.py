@@ -36,6 +36,7 @@ from benchmarks.common import (
     log,
     log_progress,
     machine_facts,
+    markdown_table,
     parse_set,
     progress,
     provenance,
@@ -244,6 +245,13 @@ def table_row(summary: dict[str, Any]) -> list[str]:
     ]
 
 
+def summary_table(summaries: list[dict[str, Any]]) -> list[str]:
+    """The comparison's table: one row per method (`table_row`), numbers right-aligned."""
+    columns = columns_for(summaries)
+    return markdown_table(columns, "l" + "r" * (len(columns) - 1),
+                          [table_row(summary) for summary in summaries])
+
+
 def markdown(meta: dict[str, Any], summaries: list[dict[str, Any]]) -> str:
     s = meta["settings"]
     rounds = s["num-rounds"]
@@ -262,7 +270,6 @@ def markdown(meta: dict[str, Any], summaries: list[dict[str, Any]]) -> str:
     if method_keys:
         lines.append(f"- method settings: {', '.join(method_keys)}")
     regression = is_regression(summaries)
-    columns = columns_for(summaries)
     if regression:
         explanation = (
             f"Forecast errors on each client's (sensor's) own test split after round {rounds} (the last "
@@ -288,10 +295,8 @@ def markdown(meta: dict[str, Any], summaries: list[dict[str, Any]]) -> str:
         f"**s/round**: median wall time of a round (train + evaluate). {DASH} = the method has no such "
         "model.",
         "",
-        "| " + " | ".join(columns) + " |",
-        "|" + "|".join(["---"] + ["---:"] * (len(columns) - 1)) + "|",
+        *summary_table(summaries),
     ]
-    lines += ["| " + " | ".join(table_row(summary)) + " |" for summary in summaries]
     curve = "MAE per round" if regression else "personalized mean accuracy per round"
     lines += [
         "",
@@ -299,10 +304,9 @@ def markdown(meta: dict[str, Any], summaries: list[dict[str, Any]]) -> str:
         "",
         "<details><summary>All common settings (run config)</summary>",
         "",
-        "| key | value |",
-        "|---|---|",
+        *markdown_table(["key", "value"], "ll",
+                        [(key, format_value(value)) for key, value in sorted(s.items())]),
     ]
-    lines += [f"| {key} | {format_value(value)} |" for key, value in sorted(s.items())]
     lines += ["", "</details>", ""]
     return "\n".join(lines)
 
@@ -376,9 +380,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         runs_dir=args.runs_dir,
                         command="python -m benchmarks.compare " + shlex.join(argv),
                         placement=placement)
-    print("| " + " | ".join(columns_for(summaries)) + " |")
-    for summary in summaries:
-        print("| " + " | ".join(table_row(summary)) + " |")
+    print("\n".join(summary_table(summaries)))
     print(f"written: {Path(args.results_dir) / args.name}.md/.png/.json")
     print(f"report: {Path(args.runs_dir or RUNS_DIR / args.name) / 'report.html'}")
     return 0

@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import benchmark_parser, code_version, machine_facts
+from benchmarks.common import benchmark_parser, code_version, machine_facts, markdown_table
 from server_app.harness import deploy
 from server_app.harness.loopback import LoopbackFederation
 from server_app.harness.outcome import RunFailedError, check_run
@@ -154,6 +154,12 @@ def median_of(rows: list[dict], side: str, poll: str) -> float | None:
 def report(rows: list[dict], args: argparse.Namespace) -> str:
     chosen = deploy.EXECUTOR_ENV["FLWR_SUPEREXEC_TASK_POLL_INTERVAL"]
     machine = machine_facts()
+    ratios = []
+    for poll in sorted({r["poll"] for r in rows}):
+        b, f = median_of(rows, "bouquet fedavg", poll), median_of(rows, "minimal flower fedavg", poll)
+        if b is not None and f is not None:
+            ratios.append((f"{poll}{' (shipped)' if poll == chosen else ' (Flower default)'}", f"{b:.2f}",
+                           f"{f:.2f}", f"**{b / f:.2f}**"))
     lines = [
         "# Deployment speed: Bouquet vs a minimal Flower FedAvg app, same deployment, alternating",
         "", f"Command: `python -m benchmarks.deploy_speed {' '.join(sys.argv[1:])}`  ",
@@ -161,25 +167,19 @@ def report(rows: list[dict], args: argparse.Namespace) -> str:
         "cores. 3 SuperNodes on loopback with TLS + SuperNode auth (`server_app.harness.loopback`); "
         f"digits, cnn, iid, {SAMPLES} samples per client, 1 local epoch, {args.rounds} rounds per "
         "run. The load average (1 min) is the machine's, shared with other jobs.", "",
-        "| executor poll (s) | Bouquet fedavg s/round | minimal Flower s/round | ratio |",
-        "|---:|---:|---:|---:|"]
-    for poll in sorted({r["poll"] for r in rows}):
-        b, f = median_of(rows, "bouquet fedavg", poll), median_of(rows, "minimal flower fedavg", poll)
-        if b is not None and f is not None:
-            lines.append(f"| {poll}{' (shipped)' if poll == chosen else ' (Flower default)'} | "
-                         f"{b:.2f} | {f:.2f} | **{b / f:.2f}** |")
+        *markdown_table(
+            ["executor poll (s)", "Bouquet fedavg s/round", "minimal Flower s/round", "ratio"], "rrrr",
+            ratios)]
     lines += methods_table(rows)
     lines += ["", "Every run, in order:", "",
-              "| run | executor poll (s) | s/round (median) | rounds 1..R (s) | phases per round "
-              "(round 0..R) | final accuracy (%) | flwr run wall (s) | load before → after |",
-              "|---|---:|---:|---|---|---:|---:|---|"]
-    for r in rows:
-        accuracy = f"{r['accuracy']:.1f}" if r.get("accuracy") is not None else "-"
-        lines.append(
-            f"| {r['side']} | {r['poll']} | {r['median']:.2f} | "
-            f"{', '.join(f'{s:.1f}' for s in r['seconds'])} | "
-            f"{', '.join(str(p) for p in r['phases'])} | {accuracy} | {r['wall']:.0f} | "
-            f"{r['load-before']:.1f} → {r['load-after']:.1f} |")
+              *markdown_table(
+                  ["run", "executor poll (s)", "s/round (median)", "rounds 1..R (s)",
+                   "phases per round (round 0..R)", "final accuracy (%)", "flwr run wall (s)",
+                   "load before → after"], "lrrllrrl",
+                  [(r["side"], r["poll"], f"{r['median']:.2f}", ", ".join(f"{s:.1f}" for s in r["seconds"]),
+                    ", ".join(str(p) for p in r["phases"]),
+                    f"{r['accuracy']:.1f}" if r.get("accuracy") is not None else "-", f"{r['wall']:.0f}",
+                    f"{r['load-before']:.1f} → {r['load-after']:.1f}") for r in rows])]
     for failure in FAILURES:
         lines.append(f"\nFailed and retried: {failure['side']} (load {failure['load-before']:.1f}): "
                      f"{failure['error']}")
@@ -197,10 +197,8 @@ def methods_table(rows: list[dict]) -> list[str]:
     base = statistics.mean(fedavg)
     lines = ["", "Every method, deployed (mean s/round over rounds 1..R of the run; fedavg: the mean of "
              f"its {len(fedavg)} run(s)); phases of rounds 1..R (the last includes the final "
-             "evaluation):", "",
-             "| method | s/round (mean over the run) | ratio to fedavg | phases per round (1..R) | "
-             "most phases in a round before the last |", "|---|---:|---:|---|---:|"]
-    seen = []
+             "evaluation):", ""]
+    table, seen = [], []
     for r in runs:
         method = r["side"].removeprefix("bouquet ")
         if method in seen:
@@ -209,9 +207,11 @@ def methods_table(rows: list[dict]) -> list[str]:
         same = [statistics.mean(x["seconds"]) for x in runs if x["side"] == r["side"]]
         mean = statistics.mean(same)
         phases = [p for p in r["phases"][1:] if p is not None]
-        lines.append(f"| {method} | {mean:.2f} | {mean / base:.2f} | "
-                     f"{', '.join(str(p) for p in phases)} | {max(phases[:-1], default=0)} |")
-    return lines
+        table.append((method, f"{mean:.2f}", f"{mean / base:.2f}", ", ".join(str(p) for p in phases),
+                      max(phases[:-1], default=0)))
+    return lines + markdown_table(
+        ["method", "s/round (mean over the run)", "ratio to fedavg", "phases per round (1..R)",
+         "most phases in a round before the last"], "lrrlr", table)
 
 
 def save(rows: list[dict]) -> None:

@@ -30,6 +30,7 @@ from benchmarks.common import (
     code_version,
     log_progress,
     machine_facts,
+    markdown_table,
     parse_set,
     provenance,
     set_threads,
@@ -96,12 +97,12 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         f"lr {meta['lr']}, batch 32, domain-classifier stride {s['fedcg.domain-stride']}), and is "
         "tested on the test clients' images of the seen domains.",
         "",
-        "| family | domains | pooling | accuracy (%) | NMI | train / test images |",
-        "|---|---|---|---:|---:|---:|",
+        *markdown_table(["family", "domains", "pooling", "accuracy (%)", "NMI", "train / test images"],
+                        "lllrrr",
+                        [(row["family"], row["domains"], row["pool"], f"{row['accuracy']:.1f}",
+                          f"{row['nmi']:.3f}", f"{row['train-images']} / {row['test-images']}")
+                         for row in rows]),
     ]
-    for row in rows:
-        lines.append(f"| {row['family']} | {row['domains']} | {row['pool']} | {row['accuracy']:.1f} | "
-                     f"{row['nmi']:.3f} | {row['train-images']} / {row['test-images']} |")
     return "\n".join(lines) + "\n"
 
 

@@ -43,6 +43,7 @@ from benchmarks.common import (
     benchmark_parser,
     code_version,
     machine_facts,
+    markdown_table,
     provenance,
     set_threads,
 )
@@ -127,6 +128,17 @@ def time_handlers(overrides: dict[str, Any], reps: int) -> dict[str, list[float]
     return times
 
 
+def cost_table(rows: list[dict[str, Any]]) -> list[str]:
+    """One row per variant: FedAvg's and FedCG's seconds per epoch and their ratios."""
+    return markdown_table(
+        ["variant", "FedAvg s/epoch", "FedCG s/epoch (teacher cached)", "ratio",
+         "FedCG s/epoch (new teacher)", "ratio", "balancing s/teacher", "ratio with balancing"],
+        "lrrrrrrr",
+        [(r["variant"], f"{r['fedavg-seconds']:.3f}", f"{r['fedcg-seconds']:.3f}", f"{r['ratio']:.2f}×",
+          f"{r['fedcg-new-teacher-seconds']:.3f}", f"{r['ratio-new-teacher']:.2f}×",
+          f"{r['balancing-seconds']:.3f}", f"{r['ratio-with-balancing']:.2f}×") for r in rows])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = benchmark_parser("fedcg_cost", __doc__)
@@ -176,14 +188,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "one teacher (1 + sinkhorn-iters exchanges, from an empty node state), and the ratio with it "
         "spread over the T rounds of a teacher: (FedCG + balancing / T) ÷ FedAvg.",
         "",
-        "| variant | FedAvg s/epoch | FedCG s/epoch (teacher cached) | ratio | FedCG s/epoch (new "
-        "teacher) | ratio | balancing s/teacher | ratio with balancing |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        *cost_table(rows),
     ]
-    lines += [f"| {r['variant']} | {r['fedavg-seconds']:.3f} | {r['fedcg-seconds']:.3f} | "
-              f"{r['ratio']:.2f}× | {r['fedcg-new-teacher-seconds']:.3f} | {r['ratio-new-teacher']:.2f}× | "
-              f"{r['balancing-seconds']:.3f} | {r['ratio-with-balancing']:.2f}× |"
-              for r in rows]
     lines.append("")
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     (RESULTS_DIR / f"{args.name}.md").write_text("\n".join(lines))

@@ -37,6 +37,7 @@ from benchmarks.common import (
     code_version,
     log_progress,
     machine_facts,
+    markdown_table,
     parse_set,
     provenance,
     set_threads,
@@ -160,11 +161,10 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         "",
     ]
     lines += variant_table(list(meta["variants"]), rows, COLUMNS)
-    lines += ["", "Every run:", "", "| variant | seed | NMI test (final) | NMI labels | test histogram |",
-              "|---|---:|---:|---:|---|"]
-    for r in rows:
-        lines.append(f"| {r['variant']} | {r['seed']} | {r['nmi-test']:.3f} | {r['nmi-labels']:.3f} | "
-                     f"{r['test-histogram']} |")
+    lines += ["", "Every run:", "",
+              *markdown_table(["variant", "seed", "NMI test (final)", "NMI labels", "test histogram"],
+                              "lrrrl", [(r["variant"], r["seed"], f"{r['nmi-test']:.3f}",
+                                         f"{r['nmi-labels']:.3f}", r["test-histogram"]) for r in rows])]
     return "\n".join(lines) + "\n"
 
 

@@ -42,6 +42,7 @@ from benchmarks.common import (
     code_version,
     log_progress,
     machine_facts,
+    markdown_table,
     parse_set,
     provenance,
     set_threads,
@@ -197,13 +198,11 @@ def variant_table(variants: list[str], rows: list[dict[str, float | None]],
                   columns: list[tuple[str, str, int]]) -> list[str]:
     """Markdown lines: one row per variant, each column (key, title, digits) as mean ± sd over that
     variant's `rows` (dicts with a `variant` key)."""
-    lines = ["| variant | " + " | ".join(title for _, title, _ in columns) + " |",
-             "|---|" + "---:|" * len(columns)]
+    table = []
     for variant in variants:
         values = [r for r in rows if r["variant"] == variant]
-        lines.append(f"| {variant} | " + " | ".join(_mean_sd([v[key] for v in values], digits)
-                                                   for key, _, digits in columns) + " |")
-    return lines
+        table.append([variant, *(_mean_sd([v[key] for v in values], digits) for key, _, digits in columns)])
+    return markdown_table(["variant", *(title for _, title, _ in columns)], "l" + "r" * len(columns), table)
 
 
 def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
@@ -242,10 +241,7 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     lines += variant_table(list(meta["variants"]),
                            [{"variant": r["variant"], **measures(r)} for r in rows], COLUMNS)
     names = meta["domains"]
-    lines += ["", "Every run (accuracy per test domain uses soft weights):", "",
-              "| variant | seed | global (soft) | seen | unseen | " + " | ".join(names)
-              + " | NMI student (test) | NMI teacher (round 0) | λ (final) |",
-              "|---|---:|" + "---:|" * (6 + len(names))]
+    table = []
     for row in rows:
         fedcg = row.get("fedcg") or {}
         nmi = fedcg.get("nmi") or {}
@@ -256,7 +252,11 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
                  _num(m["unseen-soft"])] + [_num(by.get(n)) for n in names]
         cells += [_num(nmi.get("student-final"), 3), _num(nmi.get("teacher-round-0"), 3),
                   ", ".join(f"{v:.3f}" for v in lam.values()) or "—"]
-        lines.append("| " + " | ".join(cells) + " |")
+        table.append(cells)
+    lines += ["", "Every run (accuracy per test domain uses soft weights):", "",
+              *markdown_table(["variant", "seed", "global (soft)", "seen", "unseen", *names,
+                               "NMI student (test)", "NMI teacher (round 0)", "λ (final)"],
+                              "lr" + "r" * (6 + len(names)), table)]
     lines += ["", "Domain histograms (pseudo-domains of the last round's training images; student argmax "
               "of the test images) and the final adjacency:", ""]
     for row in rows:

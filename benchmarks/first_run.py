@@ -34,6 +34,7 @@ from benchmarks.common import (
     benchmark_parser,
     code_version,
     machine_facts,
+    markdown_table,
     progress,
     provenance,
 )
@@ -127,13 +128,12 @@ def markdown(meta: dict[str, Any], result: dict[str, Any]) -> str:
              "The README quick start's commands, timed on this machine (no GPU used). Load = the "
              "1-minute load average before → after the step: other jobs shared the 2 cores, so an idle "
              "machine is faster.", "",
-             "| step | command | wall time (s) | load | exit | personalized mean (%) |",
-             "|---|---|---:|---|---:|---:|"]
-    for step, row in result["steps"].items():
-        mean = row.get("personalized-mean")
-        lines.append(f"| {step} | `{row['command']}` | {row['seconds']:.1f} | "
-                     f"{row['load-before']:.1f} → {row['load-after']:.1f} | {row['rc']} | "
-                     f"{'' if mean is None else f'{mean:.2f}'} |")
+             *markdown_table(
+                 ["step", "command", "wall time (s)", "load", "exit", "personalized mean (%)"], "llrlrr",
+                 [(step, f"`{row['command']}`", f"{row['seconds']:.1f}",
+                   f"{row['load-before']:.1f} → {row['load-after']:.1f}", f"{row['rc']}",
+                   "" if row.get("personalized-mean") is None else f"{row['personalized-mean']:.2f}")
+                  for step, row in result["steps"].items()])]
     return "\n".join(lines) + "\n"
 
 

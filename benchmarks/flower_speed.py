@@ -49,6 +49,7 @@ from benchmarks.common import (
     benchmark_parser,
     code_version,
     machine_facts,
+    markdown_table,
     progress,
     provenance,
     set_threads,
@@ -373,14 +374,14 @@ def handler_overhead(base: dict[str, Any], iterations: int = 300) -> dict[str, f
 
 # --- report ---------------------------------------------------------------------------------------
 def speed_table(timings: dict[int, dict[str, Any]]) -> str:
-    lines = ["| clients | Bouquet s/round median | Flower FedAvg s/round median | ratio "
-             "| ratio of fastest rounds |",
-             "|---:|---:|---:|---:|---:|"]
+    rows = []
     for n, per in sorted(timings.items()):
         b, f = statistics.median(per["bouquet"]), statistics.median(per["flower"])
         fastest = min(per["bouquet"]) / min(per["flower"])
-        lines.append(f"| {n} | {b:.3f} | {f:.3f} | {b / f:.2f} | {fastest:.2f} |")
-    return "\n".join(lines)
+        rows.append((n, f"{b:.3f}", f"{f:.3f}", f"{b / f:.2f}", f"{fastest:.2f}"))
+    return "\n".join(markdown_table(
+        ["clients", "Bouquet s/round median", "Flower FedAvg s/round median", "ratio",
+         "ratio of fastest rounds"], "rrrrr", rows))
 
 
 def _paired_ratio(per: dict[str, Any]) -> float:
@@ -443,29 +444,30 @@ def report(meta: dict[str, Any], timings: dict[int, dict[str, Any]],
             f"1-round run, divided by {rounds}, so setup and Bouquet's round 0 cancel out. "
             "Indented rows are parts of the row above them; — = not on that side.",
             "",
-            "| component | Bouquet | Flower minimal |",
-            "|---|---:|---:|",
-            f"| whole round (profiled median) | {profile['bouquet-profiled-s/round']:.3f} | "
-            f"{profile['flower-profiled-s/round']:.3f} |",
+            *markdown_table(
+                ["component", "Bouquet", "Flower minimal"], "lrr",
+                [("whole round (profiled median)", f"{profile['bouquet-profiled-s/round']:.3f}",
+                  f"{profile['flower-profiled-s/round']:.3f}"),
+                 *((label.replace("  ", "&nbsp;&nbsp;"),
+                    *(f"{sides[s]:.3f}" if s in sides else "—" for s in ("bouquet", "flower")))
+                   for label, sides in profile["components"].items())]),
+            "",
+            explain(profile),
         ]
-        for label, sides in profile["components"].items():
-            cells = [f"{sides[s]:.3f}" if s in sides else "—" for s in ("bouquet", "flower")]
-            lines.append(f"| {label.replace('  ', '&nbsp;&nbsp;')} | {cells[0]} | {cells[1]} |")
-        lines += ["", explain(profile)]
     if handlers:
         per_client = (handlers["bouquet-train-us"] + handlers["bouquet-evaluate-us"]
                       - handlers["flower-train-us"] - handlers["flower-evaluate-us"])
+        rows = []
+        for kind in ("train", "evaluate"):
+            b, f = handlers[f"bouquet-{kind}-us"], handlers[f"flower-{kind}-us"]
+            rows.append((kind, f"{b:.0f}", f"{f:.0f}", f"{b - f:+.0f} ({(b / f - 1) * 100:+.0f}%)"))
         lines += [
             "",
             "The client handlers alone, without the profiler (one message through each ClientApp, "
             "interleaved, median µs):",
             "",
-            "| message | Bouquet | Flower minimal | difference |",
-            "|---|---:|---:|---:|",
+            *markdown_table(["message", "Bouquet", "Flower minimal", "difference"], "lrrr", rows),
         ]
-        for kind in ("train", "evaluate"):
-            b, f = handlers[f"bouquet-{kind}-us"], handlers[f"flower-{kind}-us"]
-            lines.append(f"| {kind} | {b:.0f} | {f:.0f} | {b - f:+.0f} ({(b / f - 1) * 100:+.0f}%) |")
         lines += [
             "",
             f"That is {per_client:+.0f} µs per client per round on the client side ("

@@ -50,6 +50,7 @@ from benchmarks.common import (
     benchmark_parser,
     code_version,
     machine_facts,
+    markdown_table,
     provenance,
     set_threads,
 )
@@ -308,20 +309,18 @@ def markdown(meta: dict[str, Any], fcr: dict[str, Any], agg: dict[str, Any]) -> 
         "",
         "## FCR, server side",
         "",
-        "| step | seconds | tracemalloc peak (MB) |",
-        "|---|---:|---:|",
     ]
-    for name, step in fcr["steps"].items():
-        lines.append(f"| {name} | {step['seconds']:.2f} | {step['peak-mb']:.1f} |")
-    lines += [
-        f"| **total (UMAP + distance + threshold + Ward)** | **{fcr['server-total-seconds']:.2f}** | |",
-        f"| (min-pair distance instead of matching) | {fcr['min-pair']['seconds']:.2f} | "
-        f"{fcr['min-pair']['peak-mb']:.1f} |",
-    ]
+    steps = [(name, f"{step['seconds']:.2f}", f"{step['peak-mb']:.1f}")
+             for name, step in fcr["steps"].items()]
+    steps += [("**total (UMAP + distance + threshold + Ward)**",
+               f"**{fcr['server-total-seconds']:.2f}**", None),
+              ("(min-pair distance instead of matching)", f"{fcr['min-pair']['seconds']:.2f}",
+               f"{fcr['min-pair']['peak-mb']:.1f}")]
     if fcr["late-client"]:
         late = fcr["late-client"]
-        lines.append(f"| place one late client (UMAP transform + distance row) | "
-                     f"{late['seconds']:.3f} | {late['peak-mb']:.1f} |")
+        steps.append(("place one late client (UMAP transform + distance row)", f"{late['seconds']:.3f}",
+                      f"{late['peak-mb']:.1f}"))
+    lines += markdown_table(["step", "seconds", "tracemalloc peak (MB)"], "lrr", steps)
     verdict = "meets" if fcr["server-total-seconds"] < TARGET_FCR_SECONDS else "misses"
     q = fcr["quality"]
     lines += [
@@ -345,11 +344,9 @@ def markdown(meta: dict[str, Any], fcr: dict[str, Any], agg: dict[str, Any]) -> 
         f"784→200→10). Medians of {agg['reps']} repetitions, torch threads "
         f"{meta['machine']['torch-threads']}.",
         "",
-        "| computation | distinct rows of Ã | row-axpys per step | median seconds | × FedAvg mean |",
-        "|---|---:|---:|---:|---:|",
-        f"| FedAvg: n-weighted mean of all rows, [1, M]·[M, P] | – | {agg['clients']} | "
-        f"{agg['fedavg-mean']['median-seconds']:.3f} | 1.00 |",
     ]
+    computations = [("FedAvg: n-weighted mean of all rows, [1, M]·[M, P]", "–", agg["clients"],
+                     f"{agg['fedavg-mean']['median-seconds']:.3f}", "1.00")]
     steps = (("flt (Ward clusters)", "Ward clusters"),
              ("flt (threshold Ã)", "threshold Ã, sums shared along the tree"),
              ("flt (threshold Ã, one product per distinct row)",
@@ -358,15 +355,17 @@ def markdown(meta: dict[str, Any], fcr: dict[str, Any], agg: dict[str, Any]) -> 
         entry = agg[name]
         for label in ("all clients trained", "rho=0.2"):
             e = entry[label]
-            lines.append(f"| FLT step, {title}, {label} | {entry['distinct-rows']} | "
-                         f"{entry['row-axpys']:,} | {e['median-seconds']:.3f} | "
-                         f"{e['ratio-to-fedavg']:.2f} |")
+            computations.append((f"FLT step, {title}, {label}", entry["distinct-rows"],
+                                 f"{entry['row-axpys']:,}", f"{e['median-seconds']:.3f}",
+                                 f"{e['ratio-to-fedavg']:.2f}"))
     for label in ("formula, torch.sparse Ã", "formula, dense Ã"):
         if label in agg:
             e = agg[label]
-            lines.append(f"| D⁻¹(Ã diag(n))·V as one {label.split(', ')[1]} product (1 run) | "
-                         f"{agg['clients']} | {agg['flt (threshold Ã)']['nnz']:,} | "
-                         f"{e['median-seconds']:.2f} | {e['ratio-to-fedavg']:.1f} |")
+            computations.append((f"D⁻¹(Ã diag(n))·V as one {label.split(', ')[1]} product (1 run)",
+                                 agg["clients"], f"{agg['flt (threshold Ã)']['nnz']:,}",
+                                 f"{e['median-seconds']:.2f}", f"{e['ratio-to-fedavg']:.1f}"))
+    lines += markdown_table(["computation", "distinct rows of Ã", "row-axpys per step", "median seconds",
+                             "× FedAvg mean"], "lrrrr", computations)
     clustered = agg["flt (Ward clusters)"]["all clients trained"]["ratio-to-fedavg"]
     threshold = agg["flt (threshold Ã)"]
     direct = agg["flt (threshold Ã, one product per distinct row)"]
@@ -426,20 +425,19 @@ def annotate(results: Path, name: str) -> None:
     seconds = flt["fcr-seconds"]
     lines = ["", ANNOTATION, "",
              f"Added by `python -m benchmarks.flt_scale --annotate {name}` from the flt run's "
-             "`summary.json` (key `flt`).", "",
-             "| quantity | value |", "|---|---:|",
-             f"| clients placed | {flt['clients-placed']} |",
-             f"| edges of Ã (off-diagonal, undirected) | {flt['edges']} |",
-             f"| mean degree | {flt['mean-degree']:.1f} |",
-             f"| discovered clusters | {flt['discovered-clusters']} |"]
+             "`summary.json` (key `flt`).", ""]
+    quantities = [("clients placed", flt["clients-placed"]),
+                  ("edges of Ã (off-diagonal, undirected)", flt["edges"]),
+                  ("mean degree", f"{flt['mean-degree']:.1f}"),
+                  ("discovered clusters", flt["discovered-clusters"])]
     if "ari" in flt:
-        lines += [f"| ARI (Ward, C = {flt['true-clusters']} true clusters) | {flt['ari']:.3f} |",
-                  f"| share of Ã's edges inside true clusters | "
-                  f"{_pct(flt['edges-inside-true-clusters'])} |"]
-    lines += [f"| one-off uplink per client (floats: k·e) | {flt['uplink-floats-per-client']:.0f} |",
-              f"| autoencoder reconstruction loss after the federated round(s) | "
-              f"{', '.join(f'{x:.4f}' for x in flt['autoencoder-loss'])} |"]
-    lines += [f"| FCR seconds: {key} | {value:.2f} |" for key, value in seconds.items()]
+        quantities += [(f"ARI (Ward, C = {flt['true-clusters']} true clusters)", f"{flt['ari']:.3f}"),
+                       ("share of Ã's edges inside true clusters", _pct(flt["edges-inside-true-clusters"]))]
+    quantities += [("one-off uplink per client (floats: k·e)", f"{flt['uplink-floats-per-client']:.0f}"),
+                   ("autoencoder reconstruction loss after the federated round(s)",
+                    ", ".join(f"{x:.4f}" for x in flt["autoencoder-loss"]))]
+    quantities += [(f"FCR seconds: {key}", f"{value:.2f}") for key, value in seconds.items()]
+    lines += markdown_table(["quantity", "value"], "lr", quantities)
     lines += ["", "FCR runs inside round 1 (its seconds and bytes are in round 1 of the flt run); "
               "`umap` includes loading numba's compiled code, once per process.", ""]
     (results / f"{name}.md").write_text(text + "\n".join(lines))

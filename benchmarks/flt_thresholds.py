@@ -30,6 +30,7 @@ from benchmarks.common import (
     benchmark_parser,
     code_version,
     machine_facts,
+    markdown_table,
     provenance,
     set_threads,
 )
@@ -98,9 +99,8 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
              "rule. Median A: the median client-pair distance (UMAP units). Cells: edges per client / share of them inside the true structure (— = no edge). "
              "Truth: same true cluster, or the label-histogram cosine where the partition has no "
              "clusters. Last column: the largest distance inside a true cluster and the smallest "
-             "across, as fractions of the median pair distance.", "",
-             "| setting | truth | median A | " + " | ".join(rules) + " | inside max / across min |",
-             "|---|---|---:|" + "---:|" * len(rules) + "---:|"]
+             "across, as fractions of the median pair distance.", ""]
+    table = []
     for row in rows:
         cells = []
         for rule in rules:
@@ -109,8 +109,9 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
             cells.append(f"{r['edges-per-client']:.1f} / {share}")
         spread = (f"{row['inside-max']:.2f} / {row['across-min']:.2f}" if "inside-max" in row
                   else "")
-        lines.append(f"| {row['setting']} | {row['truth']} | {row['median']:.2f} | "
-                     + " | ".join(cells) + f" | {spread} |")
+        table.append([row["setting"], row["truth"], f"{row['median']:.2f}", *cells, spread])
+    lines += markdown_table(["setting", "truth", "median A", *rules, "inside max / across min"],
+                            "llr" + "r" * len(rules) + "r", table)
     return "\n".join(lines) + "\n"
 
 

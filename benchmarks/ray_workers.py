@@ -29,6 +29,7 @@ from benchmarks.common import (
     log,
     log_progress,
     machine_facts,
+    markdown_table,
 )
 from benchmarks.parallel import without_timings
 
@@ -53,6 +54,15 @@ def timed(command: list[str], kind: str, out: Path) -> tuple[float, Any]:
     started = time.perf_counter()
     subprocess.run(args, cwd=REPO, check=True, stdout=subprocess.DEVNULL)  # progress on stderr
     return time.perf_counter() - started, _results(kind, out)
+
+
+def workers_table(rows: list[dict[str, Any]]) -> list[str]:
+    """One row per benchmark: its command, the serial and the workers' median seconds and their ratio."""
+    return markdown_table(
+        ["benchmark", "command (serial; parallel adds `--workers`)", "serial s", "workers s",
+         "serial / workers", "identical"], "llrrrl",
+        [(row["benchmark"], f"`{row['command']}`", f"{row['serial-median']:.1f}",
+          f"{row['workers-median']:.1f}", f"{row['ratio']:.2f}", "yes") for row in rows])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -94,11 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
              "(Ray's start-up included)",
              "- identical: every number of every run equals the serial run's once wall times are "
              "removed (`benchmarks.parallel.without_timings`)", "",
-             "| benchmark | command (serial; parallel adds `--workers`) | serial s | workers s "
-             "| serial / workers | identical |", "|---|---|---:|---:|---:|---|"]
-    for row in rows:
-        lines.append(f"| {row['benchmark']} | `{row['command']}` | {row['serial-median']:.1f} | "
-                     f"{row['workers-median']:.1f} | {row['ratio']:.2f} | yes |")
+             *workers_table(rows)]
     out = Path(args.results_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "ray-workers.md").write_text("\n".join(lines) + "\n")

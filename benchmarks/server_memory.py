@@ -37,6 +37,7 @@ from benchmarks.common import (
     log,
     log_progress,
     machine_facts,
+    markdown_table,
 )
 
 GIB = 1024**3
@@ -69,10 +70,9 @@ def measure(clients: int, mmap_bytes: int, rounds: int, trained: int, directory:
         "partition": "label-clusters", "num-clients": clients, "max-samples-per-client": 5,
         "num-rounds": rounds, "fraction-train": min(1.0, trained / clients),
         "client-matrix-mmap-bytes": mmap_bytes, "output-dir": str(directory)})
-    strategy = build_strategy(cfg)
-    strategy.matrix_storage = ClientMatrixStorage(cfg.client_matrix_mmap_bytes, directory)
+    strategy = build_strategy(cfg, ClientMatrixStorage(cfg.client_matrix_mmap_bytes, directory))
     arrays = initial_arrays(cfg)
-    strategy.bind(arrays, None)
+    strategy.bind(arrays)
     generator = torch.Generator().manual_seed(0)
     for server_round in range(1, rounds + 1):
         chosen = torch.randperm(clients, generator=generator)[:trained].tolist()
@@ -157,11 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "- **peak**: the process's peak resident memory (VmHWM, file pages of a mapped matrix "
         "included); **anon**: anonymous resident memory at the end (what has to fit in RAM); "
         "**V + U**: the two [N, P] float32 matrices", "",
-        "| clients | storage | V + U GiB | peak GiB | anon GiB | s |", "|---:|---|---:|---:|---:|---:|"]
-    for p in memory + mapped:
-        lines.append(f"| {p['clients']:,} | {'memory-mapped' if p['mapped'] else 'memory'} | "
-                     f"{p['matrix-gib']:.2f} | {p['peak-gib']:.2f} | {p['anon-gib']:.2f} | "
-                     f"{p['seconds']:.0f} |")
+        *memory_table(memory + mapped)]
     fit = " + ".join(f"{c:.3g}·N^{len(coeffs) - 1 - i}" for i, c in enumerate(coeffs))
     lines += ["", f"In memory the peak follows {fit} GiB (fitted to the in-memory rows): "
               f"{args.budget_gib:g} GiB is reached at about **{largest:,} clients**; with "
@@ -175,6 +171,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         indent=1))
     print("\n".join(lines))
     return 0
+
+
+def memory_table(points: list[dict[str, Any]]) -> list[str]:
+    """One row per measured point: clients, where the matrices live, their size, peak and anon memory."""
+    return markdown_table(
+        ["clients", "storage", "V + U GiB", "peak GiB", "anon GiB", "s"], "rlrrrr",
+        [(f"{p['clients']:,}", "memory-mapped" if p["mapped"] else "memory", f"{p['matrix-gib']:.2f}",
+          f"{p['peak-gib']:.2f}", f"{p['anon-gib']:.2f}", f"{p['seconds']:.0f}") for p in points])
 
 
 def argparse_hidden() -> str:

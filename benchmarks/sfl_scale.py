@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.common import benchmark_parser, log_progress, progress
+from benchmarks.common import benchmark_parser, log_progress, markdown_table, progress
 from strategies.methods.sfl import spmm
 from strategies.methods.sfl.gcn import DENSE_COLUMN_BLOCK, SPARSE_COST_PER_NONZERO, GCNPropagation
 from strategies.shared.graph import knn_graph, row_normalize
@@ -184,19 +184,18 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         "W = α·Â^L + (1−α)·I that graph-first multiplies with. ✔ = the plan `auto` chooses; "
         "\"skipped\" = modelled cost over the skip limit (shown as a multiple of the cheapest plan).",
         "",
-        "| N | P | L | graph | nnz/row Â | nnz/row W | plan | auto | build s | seconds | ×mean | step ×mean |",
-        "|---:|---:|---:|---|---:|---:|---|:---:|---:|---:|---:|---:|",
     ]
+    table = []
     for r in rows:
         if r.get("skipped"):
             cells = ["—", f"skipped ({r['modelled-cost']:.1f}×)", "—", "—"]
         else:
             cells = [f"{r['build-seconds']:.3f}", f"{r['seconds']:.3f}", f"**{r['ratio']:.1f}**",
                      f"{r['step-ratio']:.1f}"]
-        lines.append(
-            f"| {r['clients']} | {r['params']:.0e} | {r['hops']} | {r['graph']} | {r['nnz-per-row']:.0f} | "
-            f"{r['nnz-operator-per-row']:.0f} | {r['plan']} | {'✔' if r['auto'] else ''} | "
-            + " | ".join(cells) + " |")
+        table.append([r["clients"], f"{r['params']:.0e}", r["hops"], r["graph"], f"{r['nnz-per-row']:.0f}",
+                      f"{r['nnz-operator-per-row']:.0f}", r["plan"], "✔" if r["auto"] else "", *cells])
+    lines += markdown_table(["N", "P", "L", "graph", "nnz/row Â", "nnz/row W", "plan", "auto", "build s",
+                             "seconds", "×mean", "step ×mean"], "rrrlrrlcrrrr", table)
     means = sorted({(r["clients"], r["params"], r["hops"], r["mean-seconds"],
                      r["weighted-mean-seconds"]) for r in rows})
     lines += ["", "Plain mean `V.mean(0)` / example-weighted mean `(w/Σw) @ V` (seconds, measured "

@@ -39,7 +39,14 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import RESULTS_DIR, benchmark_parser, log_progress, parse_set, set_threads
+from benchmarks.common import (
+    RESULTS_DIR,
+    benchmark_parser,
+    log_progress,
+    markdown_table,
+    parse_set,
+    set_threads,
+)
 from benchmarks.compare import DASH, RUNS_DIR, compare, plot_curves, read_rounds
 from benchmarks.parallel import Placement, add_placement_arguments, ordered, placement_from, run_all
 
@@ -246,8 +253,8 @@ def setting_table(results: list[CellResult], setting: Setting, rhos: Sequence[fl
     columns = ["method"]
     for rho in rhos:
         columns += [f"ρ={rho:g} mean", f"ρ={rho:g} worst 5%", f"ρ={rho:g} Δ", f"ρ={rho:g} share"]
-    lines += ["| " + " | ".join(columns) + " |", "|---" + "|---:" * (len(columns) - 1) + "|"]
     mine = [r for r in results if r.setting == setting.name]
+    rows = []
     for label in _labels(mine):
         row = [label]
         for rho in rhos:
@@ -256,8 +263,8 @@ def setting_table(results: list[CellResult], setting: Setting, rhos: Sequence[fl
             row += [_fmt(*_stats([c.mean for c in cells])), _fmt(*_stats([c.worst for c in cells])),
                     _fmt(delta_vs_baselines(mine, setting.name, rho, label), signed=True),
                     f"{share:.2f} ({kind})" if share is not None else DASH]
-        lines.append("| " + " | ".join(row) + " |")
-    lines.append("")
+        rows.append(row)
+    lines += [*markdown_table(columns, "l" + "r" * (len(columns) - 1), rows), ""]
     for rho in rhos:
         lines.append(f"![personalized mean accuracy per round, ρ={rho:g}]"
                      f"({cell_name(setting.name, rho, seeds[0])}.png)")
@@ -278,15 +285,11 @@ def delta_matrix(results: list[CellResult], settings: Sequence[Setting], rhos: S
              "Mean personalized accuracy minus the best of FedAvg, FedAvg+FT (its global model after "
              "finetune-epochs local epochs) and Local on the same cell and seed, in points, averaged "
              "over the seeds (a baseline missing from a run is left out of its max). Graph methods: " + ", ".join(GRAPH_METHODS)
-             + ".", "",
-             "| " + " | ".join(columns) + " |", "|---" + "|---:" * (len(columns) - 1) + "|"]
-    for label in _labels(results):
-        if label in _baselines_of(label):
-            continue
-        row = [label] + [_fmt(delta_vs_baselines(results, s.name, rho, label), signed=True)
-                         for s, rho in cells]
-        lines.append("| " + " | ".join(row) + " |")
-    lines.append("")
+             + ".", ""]
+    rows = [[label] + [_fmt(delta_vs_baselines(results, s.name, rho, label), signed=True)
+                       for s, rho in cells]
+            for label in _labels(results) if label not in _baselines_of(label)]
+    lines += [*markdown_table(columns, "l" + "r" * (len(columns) - 1), rows), ""]
     return "\n".join(lines)
 
 

@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import markdown_table
 # the link prefix of README.md: `{prefix}results/<name>.md` is then `benchmarks/results/<name>.md`
 from docs.blocks.data import README_PREFIX
 
@@ -171,16 +172,12 @@ def results_table(name: str, link_prefix: str = "") -> str:
             raise ValueError(f"docs: results '{name}' has no renderer (docs.gen.RENDERERS)")
         return f"{link}\n\n{first_table(text)}"
     compare = importlib.import_module("benchmarks.compare")
-    summaries = data["summaries"]
     s = data["settings"]
-    columns = compare.columns_for(summaries)
     lines = [
         f"{link}: {s['dataset']}, `{s['partition']}`, {s['num-clients']} clients, `{s['model']}`, "
         f"{s['num-rounds']} rounds, fraction-train {s['fraction-train']}, seed {s['seed']}",
         "",
-        "| " + " | ".join(columns) + " |",
-        "|" + "|".join(["---"] + ["---:"] * (len(columns) - 1)) + "|",
-        *("| " + " | ".join(compare.table_row(summary)) + " |" for summary in summaries),
+        *compare.summary_table(data["summaries"]),
     ]
     return "\n".join(lines)
 
@@ -189,7 +186,7 @@ def method_results(method: str, link_prefix: str = "") -> str:
     """Every committed comparison that ran `method`: its setting, the method's mean / worst 5%
     personalized accuracy, FedAvg's mean and the best method's (regression: MAE, lower is better)."""
     compare = importlib.import_module("benchmarks.compare")
-    rows = ["| results | setting | mean / worst 5% | FedAvg mean | best (mean) |", "|---|---|---:|---:|---|"]
+    rows = []
     for path in sorted(RESULTS.glob("*.json")):
         data = json.loads(path.read_text())
         if not isinstance(data, dict) or method not in data.get("methods", ()) or "summaries" not in data:
@@ -215,12 +212,12 @@ def method_results(method: str, link_prefix: str = "") -> str:
             own = f"{compare._num(pers.get('mean'))} / {compare._num(pers.get('worst-5%'))}"
             fedavg = compare._num(score(summaries["fedavg"])) if "fedavg" in summaries else compare.DASH
             shown = f"{best} ({compare._num(score(summaries[best]))})"
-        rows.append(f"| [`{path.stem}`]({link_prefix}results/{path.stem}.md) | {setting} | {own} | "
-                    f"{fedavg} | {shown} |")
-    if len(rows) == 2:
+        rows.append((f"[`{path.stem}`]({link_prefix}results/{path.stem}.md)", setting, own, fedavg, shown))
+    if not rows:
         return (f"No committed `benchmarks.compare` comparison ran `{method}`; its results are in the "
                 "sections above and in the robustness suite.")
-    return "\n".join(rows)
+    return "\n".join(markdown_table(["results", "setting", "mean / worst 5%", "FedAvg mean", "best (mean)"],
+                                    "llrrl", rows))
 
 
 def suite_delta(folder: str, link_prefix: str = "") -> str:
@@ -295,12 +292,12 @@ def settings_table(section: str) -> str:
                 comments.update(field_comments(klass))
             except (OSError, TypeError, SyntaxError, IndexError):
                 pass
-    rows = ["| key | allowed | default | meaning (from the source) |", "|---|---|---|---|"]
+    rows = []
     for name, field in model.model_fields.items():
         key = f"{section}.{field.alias or name}"
         meaning = comments.get(name, "").replace("|", "\\|")
-        rows.append(f"| `{key}` | {_allowed(field)} | {_default(field.default)} | {meaning} |")
-    return "\n".join(rows)
+        rows.append((f"`{key}`", _allowed(field), _default(field.default), meaning))
+    return "\n".join(markdown_table(["key", "allowed", "default", "meaning (from the source)"], "llll", rows))
 
 
 def common_settings_table(prefix: str, sections: list[str]) -> str:
@@ -314,12 +311,9 @@ def common_settings_table(prefix: str, sections: list[str]) -> str:
     if not fields:
         raise KeyError(f"docs: no settings section or common keys '{prefix}'; sections: "
                        f"{', '.join(sections)}")
-    rows = ["| key | allowed | default | meaning (from the source) |", "|---|---|---|---|"]
-    for name, field in fields:
-        meaning = comments.get(name, "").replace("|", "\\|")
-        rows.append(f"| `{field.alias or name}` | {_allowed(field)} | {_default(field.default)} | "
-                    f"{meaning} |")
-    return "\n".join(rows)
+    rows = [(f"`{field.alias or name}`", _allowed(field), _default(field.default),
+             comments.get(name, "").replace("|", "\\|")) for name, field in fields]
+    return "\n".join(markdown_table(["key", "allowed", "default", "meaning (from the source)"], "llll", rows))
 
 
 # --- markers ---------------------------------------------------------------------------------------

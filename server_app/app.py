@@ -85,12 +85,12 @@ def run(grid: Grid, cfg: RunConfig, connect_timeout: float = 300.0,
     directory = run_directory(cfg)
     log.info("Bouquet: method=%s dataset=%s partition=%s clients=%d rounds=%d → %s", cfg.method,
              cfg.dataset, cfg.partition, cfg.num_clients, cfg.num_rounds, directory)
-    strategy = build_strategy(cfg)  # may reject inputs (e.g. a graph file): before writing anything
+    # may reject inputs (e.g. a graph file): before writing anything; per-client matrices above the
+    # size are files in the run directory (made when the first one is allocated, in round 1)
+    strategy = build_strategy(cfg, ClientMatrixStorage(cfg.client_matrix_mmap_bytes, directory))
     checkpoints = CheckpointStore(directory / "checkpoints")
     with RunLock(directory) as lock:  # one live ServerApp per run directory (server_app/run_lock.py)
         check_run_directory(cfg, directory, checkpoints)
-        if hasattr(strategy, "matrix_storage"):  # per-client matrices above the size: files in the run dir
-            strategy.matrix_storage = ClientMatrixStorage(cfg.client_matrix_mmap_bytes, directory)
         recorder = RunRecorder(directory, cfg.flat(), fresh=not cfg.resume)
         runner = FederationRunner(grid, cfg, strategy, recorder, ground_truth(cfg), checkpoints,
                                   [*callbacks, OwnershipCheck(lock)])

@@ -1,4 +1,5 @@
-"""The benchmark harness: `--set` parsing and a real (tiny) `compare` run into a temporary folder."""
+"""The benchmark harness: `--set` parsing, the shared Markdown table and a real (tiny) `compare` run
+into a temporary folder."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import math
 
 import pytest
 
-from benchmarks.common import parse_set
+from benchmarks.common import markdown_table, parse_set
 from benchmarks.compare import COLUMNS, DASH, compare, format_command, main
 from server_app.run_values import parse_value
 from benchmarks.flower_speed import speed_table
@@ -43,6 +44,21 @@ def test_parse_set_keeps_dotted_keys_and_rejects_missing_equals():
     assert parse_set(["data-root="]) == {"data-root": ""}
     with pytest.raises(ValueError, match="key=value"):
         parse_set(["num-rounds"])
+
+
+def test_markdown_table_aligns_columns_and_tells_a_blank_cell_from_an_empty_value():
+    lines = markdown_table(["name", "n", "mark", "note"], "lrcl",
+                           [("a", 1, "✔", ""), ("b", 2.5, "", None)])
+    assert lines == ["| name | n | mark | note |", "|---|---:|:---:|---|",
+                     "| a | 1 | ✔ |  |", "| b | 2.5 |  | |"]
+    assert markdown_table(["x"], "r", []) == ["| x |", "|---:|"]
+
+
+@pytest.mark.parametrize(("align", "rows"), [("l", [("a", "b")]), ("lx", [("a", "b")]),
+                                             ("ll", [("a",)]), ("ll", [("a", "b", "c")])])
+def test_markdown_table_rejects_a_row_or_alignment_that_does_not_fit_the_header(align, rows):
+    with pytest.raises(ValueError, match="markdown_table"):
+        markdown_table(["x", "y"], align, rows)
 
 
 def test_format_command_round_trips_through_the_parser():

@@ -8,6 +8,9 @@ import torch
 from benchmarks.parallel import without_timings
 from server_app.harness.simulate import simulate
 from strategies.shared.client_matrix import ClientMatrixStorage
+from strategies.shared.personalized import PersonalizedStrategy
+from strategies.shared.registry import METHODS, build_strategy
+from strategies.shared.run_config import RunConfig, default_run_config
 
 
 def _mapped_files() -> list[str]:
@@ -33,6 +36,24 @@ def test_above_the_threshold_a_matrix_is_an_unlinked_file_mapping_with_the_same_
     assert torch.equal(zeros, torch.zeros(4, 6))
     del big, copy, zeros
     assert not _mapped_files()  # the mapping (and the file's space) goes with the tensors
+
+
+METHOD_CONFIG = {"fedcg": {"model": "cnn"}}  # FedCG needs a conv model
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_the_builder_hands_the_storage_to_the_strategy(tiny_run, tmp_path, method):
+    """A method that keeps per-client matrices receives their storage when it is built (nothing
+    sets it afterwards); without one, the run config's threshold applies."""
+    cfg = RunConfig.from_flower({**default_run_config(), **tiny_run, "method": method,
+                                 "client-matrix-mmap-bytes": 123, **METHOD_CONFIG.get(method, {})})
+    storage = ClientMatrixStorage(mmap_bytes=7, directory=tmp_path / "run")
+    strategy = build_strategy(cfg, storage)
+    if isinstance(strategy, PersonalizedStrategy):
+        assert strategy.matrix_storage is storage
+        assert build_strategy(cfg).matrix_storage == ClientMatrixStorage(123)
+    else:
+        assert not hasattr(strategy, "matrix_storage")
 
 
 @pytest.mark.federation

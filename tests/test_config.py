@@ -39,6 +39,19 @@ def test_sections_and_types():
     assert cfg.rotations == (0.0, 90.0, 180.0, 270.0)
 
 
+def test_the_default_method_is_the_one_its_package_declares():
+    from dataclasses import replace
+
+    from strategies.shared import registry
+
+    default = registry.default_method()
+    assert RunConfig().method == default and registry.METHODS[default].default
+    other = next(m for m in registry.METHODS.values() if not m.default)
+    with pytest.raises(ValueError, match="already the default"):
+        registry.register(replace(other, default=True))
+    assert not registry.METHODS[other.name].default
+
+
 def test_config_is_frozen():
     cfg = RunConfig()
     with pytest.raises(Exception):

@@ -328,7 +328,7 @@ def test_missing_replies_skip_the_client_and_partial_participation_keeps_stale_r
                   "num-clients": 6, "num-rounds": 3, "fraction-train": 0.5, "fedska.schedule": "separate"}
     cfg = RunConfig.from_flower(run_config)
     strategy = build_strategy(cfg)
-    monkeypatch.setattr("server_app.app.build_strategy", lambda _: strategy)
+    monkeypatch.setattr("server_app.app.build_strategy", lambda *_: strategy)
     summary = run(LocalGrid(flaky, 2, run_config), cfg)
     assert f"query.ska_grad: client {failed[0]} failed and is skipped" in caplog.text
     assert summary["final"]["personalized"]["mean"] > 30
@@ -370,7 +370,7 @@ def test_identity_encoder_reproduces_the_reference_and_sends_no_gradient_query(t
                   "fedska.encoder": "identity", "fedska.schedule": "separate"}
     cfg = RunConfig.from_flower(run_config)
     strategy = build_strategy(cfg)
-    monkeypatch.setattr("server_app.app.build_strategy", lambda _: strategy)
+    monkeypatch.setattr("server_app.app.build_strategy", lambda *_: strategy)
     run(LocalGrid(spy, 2, run_config), cfg)
     assert QUERY_SKA_EMBED in sent and QUERY_SKA_GRAD not in sent
     torch.testing.assert_close(strategy.encodings, strategy.slots)

@@ -25,6 +25,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import markdown_table
+
 REPO = Path(__file__).resolve().parent.parent.parent
 RESULTS = REPO / "benchmarks" / "results"
 MINUS = "−"
@@ -131,12 +133,9 @@ def mean_sd(values: Sequence[float]) -> tuple[float, float]:
 
 
 def table(header: Sequence[str], rows: Iterable[Sequence[str]], align: str | None = None) -> str:
-    """A Markdown table; `align`: one letter per column, `l` or `r` (default: first left, rest right)."""
-    align = align or "l" + "r" * (len(header) - 1)
-    rule = "|" + "|".join("---" if a == "l" else "---:" for a in align) + "|"
-    lines = ["| " + " | ".join(header) + " |", rule]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
+    """A Markdown table (`benchmarks.common.markdown_table`); `align`: one letter per column, `l` or
+    `r` (default: first left, rest right)."""
+    return "\n".join(markdown_table(header, align or "l" + "r" * (len(header) - 1), rows))
 
 
 # --- benchmarks.compare ----------------------------------------------------------------------------

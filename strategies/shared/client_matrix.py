@@ -1,5 +1,5 @@
-"""Where the server keeps a per-client matrix (`V [num_clients, P]`, SFL's `U`): in memory, or above
-a size in a memory-mapped file.
+"""Where the server keeps a per-client matrix (`V [num_clients, P]`, or a method's own [N, P] matrix
+such as a graph method's propagated models): in memory, or above a size in a memory-mapped file.
 
 A personalised method's server holds one float32 row per client; with a real model and many clients
 the matrices outgrow the server's memory (benchmarks/results/server-memory.md). Above
@@ -21,7 +21,7 @@ import torch
 
 log = logging.getLogger("flwr.bouquet")
 
-# Default of the run config's `client-matrix-mmap-bytes`: 4 GiB per matrix (SFL keeps two, V and U).
+# Default of the run config's `client-matrix-mmap-bytes`: 4 GiB per matrix (a method may keep several).
 DEFAULT_MMAP_BYTES = 4 * 1024**3
 
 

@@ -16,6 +16,7 @@ from sklearn.metrics import adjusted_rand_score
 from datasets.partition import Partition
 from datasets.sources import SOURCE_INFO
 from models import build_model
+from strategies.shared.client_matrix import ClientMatrixStorage
 from strategies.shared.messages import CONFIG, PERSONAL
 from strategies.shared.personalized import PersonalizedStrategy
 
@@ -56,8 +57,9 @@ class ClusteredStrategy(PersonalizedStrategy):
     clusters.
     """
 
-    def __init__(self, num_clients: int, fraction_train: float, num_clusters: int) -> None:
-        super().__init__(num_clients, fraction_train)
+    def __init__(self, num_clients: int, fraction_train: float, num_clusters: int, *,
+                 matrix_storage: ClientMatrixStorage | None = None) -> None:
+        super().__init__(num_clients, fraction_train, matrix_storage=matrix_storage)
         self.num_clusters = num_clusters
         self.centres: torch.Tensor | None = None
         self.assignment = torch.full((num_clients,), UNASSIGNED, dtype=torch.long)

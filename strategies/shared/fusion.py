@@ -3,8 +3,8 @@
 A deployed message costs seconds of fixed overhead (SuperNode pull, a fresh ClientApp process), so the
 round loop sends a client its evaluation of round r together with its training of round r + 1: the
 client evaluates the model(s) it received, then trains, and replies once. The evaluation's records
-travel as `evaluate:<name>`; a record identical to the train record of the same name (the global
-model of FedAvg, the personal model of Local) travels once (`FusedEvaluation.shared`). Both halves use
+travel as `evaluate:<name>`; a record identical to the train record of the same name (a global model
+both phases send, a client's own personal model) travels once (`FusedEvaluation.shared`). Both halves use
 these functions: the server to fuse requests and split replies, the client to split a request and fuse
 its two replies.
 """

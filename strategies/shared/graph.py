@@ -128,8 +128,8 @@ def pairwise_row_distances(rows: torch.Tensor) -> torch.Tensor:
 
 
 def share_on_edges(weights: np.ndarray | torch.Tensor, reference: np.ndarray) -> float | None:
-    """Share of a graph's off-diagonal weight that lies on the edges of a reference graph (e.g. the
-    learned SFL* graph on label-sharing pairs); None when the graph has no off-diagonal weight."""
+    """Share of a graph's off-diagonal weight that lies on the edges of a reference graph (e.g. a
+    learned graph on label-sharing pairs); None when the graph has no off-diagonal weight."""
     w = np.abs(np.asarray(weights, dtype=np.float64)).copy()
     np.fill_diagonal(w, 0.0)
     total = w.sum()

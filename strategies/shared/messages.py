@@ -59,7 +59,7 @@ class IdentifyReply(Record):
 
 class TrainInstructions(Record):
     """`train` / `train.<method>`: the local-training hyperparameters of one round (a method's own
-    message extends this with its required fields, e.g. `strategies.methods.sfl.settings.SFLTrain`)."""
+    message, in its package's `settings.py`, extends this with its required fields)."""
 
     server_round: int = Field(ge=1)
     lr: float = Field(gt=0.0)

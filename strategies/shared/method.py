@@ -14,9 +14,11 @@ from strategies.shared.settings import MethodSettings
 if TYPE_CHECKING:
     from flwr.serverapp.strategy import Strategy
 
+    from strategies.shared.client_matrix import ClientMatrixStorage
     from strategies.shared.run_config import RunConfig
 
-StrategyBuilder = Callable[["RunConfig"], "Strategy"]
+# A strategy builder: (run config, where the strategy keeps its per-client matrices) -> the strategy.
+StrategyBuilder = Callable[["RunConfig", "ClientMatrixStorage"], "Strategy"]
 # A client handler: a callable (message, context) -> message, or "module:function" imported on use.
 ClientHandler = Callable[..., Any] | str
 
@@ -25,19 +27,21 @@ ClientHandler = Callable[..., Any] | str
 class Method:
     """One registered method.
 
-    `section`: the run-config section of its settings (`<section>.<key>`; several methods may share
-    one, e.g. `sfl` for sfl and sfl-star) with `settings` its model. `client`: the handlers of the
-    message types only this method sends (`train.<action>`, `query.<action>`, `evaluate.<action>`);
-    the generic `train` / `evaluate` handlers serve every method. `limits`: fields of the section that
-    count clients, each with what it counts: `"clients"` (at most num-clients, e.g. clusters) or
-    `"other-clients"` (at most num-clients − 1, e.g. a client's neighbours). `robust`: its global part may use
-    `aggregation` = median / trimmed-mean. `summary`: one line for the methods table
-    (`docs/methods.md`); `client_step`: the client module its clients run when it declares no handler
-    of its own (e.g. the generic `train`). `model_records`: name patterns (`fnmatch`, e.g. `cluster-*`)
-    of the model ArrayRecords it sends besides the shared `global` / `personal` / `model`; reply
-    validation accepts and checks them as models. `safeguard`: its clients honour the run config's
-    `safeguard` (a graph method: each client may mix the received model with its own,
-    `client_app/safeguard.py`).
+    `build(cfg, storage)`: its strategy, its per-client matrices (if it keeps any) allocated by
+    `storage` (`strategies.shared.client_matrix.ClientMatrixStorage`). `section`: the run-config
+    section of its settings (`<section>.<key>`; several methods may share one, e.g. a method and its
+    variant) with `settings` its model. `client`: the handlers of the message types only this method
+    sends (`train.<action>`, `query.<action>`, `evaluate.<action>`); the generic `train` / `evaluate`
+    handlers serve every method. `limits`: fields of the section that count clients, each with what
+    it counts: `"clients"` (at most num-clients, e.g. clusters) or `"other-clients"` (at most
+    num-clients − 1, e.g. a client's neighbours). `robust`: its global part may use `aggregation` =
+    median / trimmed-mean. `summary`: one line for the methods table (`docs/methods.md`);
+    `client_step`: the client module its clients run when it declares no handler of its own (e.g.
+    the generic `train`). `model_records`: name patterns (`fnmatch`, e.g. `cluster-*`) of the model
+    ArrayRecords it sends besides the shared `global` / `personal` / `model`; reply validation
+    accepts and checks them as models. `safeguard`: its clients honour the run config's `safeguard`
+    (a graph method: each client may mix the received model with its own, `client_app/safeguard.py`).
+    `default`: the run config's `method` when it names none (one registered method says so).
     """
 
     name: str
@@ -51,3 +55,4 @@ class Method:
     client_step: str | None = None
     model_records: tuple[str, ...] = ()
     safeguard: bool = False
+    default: bool = False

@@ -1,11 +1,11 @@
-"""`fedper` and `lg-fedavg`: one part of the model shared (FedAvg over the round's clients), the other
-part personal — the partial-sharing baselines of the SFL paper, on the `features.` / `head.` split of
-`models.backbones.Backbone` (every state-dict key starts with one of the two).
+"""Partial sharing: one part of the model shared (the weighted mean over the round's clients), the
+other part personal, on the `features.` / `head.` split of `models.backbones.Backbone` (every
+state-dict key starts with one of the two). A subclass names its shared part (`shared_part`):
 
-- FedPer (Arivazhagan et al., 2019): shared feature extractor, personal head. Client i receives the
-  global `features.*` with its own `head.*`; the server averages `features.*` only.
-- LG-FedAvg (Liang et al., 2020): personal feature extractor ("local representation"), shared head.
-  The reverse: the server averages `head.*` only.
+- `features`: shared feature extractor, personal head. Client i receives the global `features.*`
+  with its own `head.*`; the server averages `features.*` only.
+- `head`: personal feature extractor ("local representation"), shared head. The reverse: the server
+  averages `head.*` only.
 
 Client i's model is row i of V [N, P] (`PersonalizedStrategy`); the shared part is the columns of the
 shared keys, held once as the shared row g. What client i trains and is evaluated with is
@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
+from strategies.shared.client_matrix import ClientMatrixStorage
 from strategies.shared.messages import CONFIG, PERSONAL, TRAIN_LOCAL
 from strategies.shared.params import ParameterLayout
 from strategies.shared.personalized import PersonalizedStrategy
@@ -46,14 +47,16 @@ def shared_columns(layout: ParameterLayout, part: str) -> torch.Tensor:
 
 
 class PartialSharing(PersonalizedStrategy):
-    """Shares the model part `shared_part` (FedAvg over the round's clients); the rest is personal."""
+    """Shares the model part `shared_part` (the weighted mean over the round's clients); the rest is
+    personal."""
 
     train_message_type = TRAIN_LOCAL
     shared_part: str
 
     def __init__(self, num_clients: int, fraction_train: float, aggregation: str = "mean",
-                 trim_fraction: float = 0.2) -> None:
-        super().__init__(num_clients, fraction_train, aggregation, trim_fraction)
+                 trim_fraction: float = 0.2, *, matrix_storage: ClientMatrixStorage | None = None) -> None:
+        super().__init__(num_clients, fraction_train, aggregation, trim_fraction,
+                         matrix_storage=matrix_storage)
         self.mask: torch.Tensor | None = None  # [P] True where shared
         self.shared: torch.Tensor | None = None  # g [P] (only the masked columns are used)
         self._trained: list[tuple[int, float]] = []

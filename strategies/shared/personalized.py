@@ -63,8 +63,10 @@ class PersonalizedStrategy(Strategy, MethodReporter, ClientKeyed):
     train_reply: type[TrainReply] = TrainReply
 
     def __init__(self, num_clients: int, fraction_train: float, aggregation: str = "mean",
-                 trim_fraction: float = 0.2) -> None:
-        """`aggregation` / `trim_fraction`: the rule of the global part (`robust_mean`)."""
+                 trim_fraction: float = 0.2, *, matrix_storage: ClientMatrixStorage | None = None) -> None:
+        """`aggregation` / `trim_fraction`: the rule of the global part (`robust_mean`);
+        `matrix_storage`: where V (and a subclass's other [N, P] matrices) live, memory or a file
+        above a size (the ServerApp passes the run config's; default: in memory up to 4 GiB)."""
         if aggregation not in AGGREGATIONS:
             raise ValueError(f"unknown aggregation {aggregation!r}; allowed: {', '.join(AGGREGATIONS)}")
         self.num_clients = num_clients
@@ -75,8 +77,7 @@ class PersonalizedStrategy(Strategy, MethodReporter, ClientKeyed):
         self.aggregation = aggregation
         self.trim_fraction = trim_fraction
         self.last_trained = torch.full((num_clients,), -1, dtype=torch.long)  # round; -1 = never
-        # where V (and a subclass's other [N, P] matrices) live: memory, or a file above a size
-        self.matrix_storage = ClientMatrixStorage()  # set from the run config by the ServerApp
+        self.matrix_storage = matrix_storage if matrix_storage is not None else ClientMatrixStorage()
 
     def freshness(self, server_round: int, decay: float = 1.0) -> torch.Tensor:
         """Weight [N] of every client's row: 0 for a client that never trained (its row is still the
@@ -117,8 +118,8 @@ class PersonalizedStrategy(Strategy, MethodReporter, ClientKeyed):
             self.personal = self.matrix_storage.filled(self.layout.row(arrays), self.num_clients)
 
     def sample_size(self, online: int) -> int:
-        """Clients trained per round out of `online`: max(1, ⌊ρ·online⌋), Flower's FedAvg rule (the
-        SFL spec's m = max(1, ⌊C·N⌋))."""
+        """Clients trained per round out of `online`: max(1, ⌊ρ·online⌋), Flower's FedAvg rule
+        (m = max(1, ⌊C·N⌋))."""
         return max(int(online * self.fraction_train), 1)
 
     def summary(self) -> None:

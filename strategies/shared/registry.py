@@ -28,10 +28,11 @@ from strategies.shared.settings import MethodSettings
 if TYPE_CHECKING:
     from flwr.serverapp.strategy import Strategy
 
+    from strategies.shared.client_matrix import ClientMatrixStorage
     from strategies.shared.run_config import RunConfig
 
-__all__ = ["METHODS", "ClientHandler", "Method", "StrategyBuilder", "build_strategy", "discover",
-           "method_names", "register", "robust_methods", "sections"]
+__all__ = ["METHODS", "ClientHandler", "Method", "StrategyBuilder", "build_strategy", "default_method",
+           "discover", "method_names", "register", "robust_methods", "sections"]
 
 
 METHODS: dict[str, Method] = {}
@@ -42,6 +43,8 @@ def register(method: Method) -> Method:
     if (method.section is None) != (method.settings is None):
         raise ValueError(f"method {method.name!r}: give both section and settings, or neither")
     for other in METHODS.values():
+        if method.default and other.default and other.name != method.name:
+            raise ValueError(f"method {method.name!r}: {other.name!r} is already the default method")
         if other.section == method.section and other.name != method.name and method.section and \
                 other.settings is not method.settings:
             raise ValueError(f"section {method.section!r} already holds {other.settings.__name__} "
@@ -59,16 +62,30 @@ def method_names() -> tuple[str, ...]:
     return tuple(METHODS)
 
 
+def default_method() -> str:
+    """The method a run config that names none runs (the one registered with `default=True`)."""
+    for name, method in METHODS.items():
+        if method.default:
+            return name
+    raise LookupError("no registered method is the default (Method(..., default=True))")
+
+
 def robust_methods() -> tuple[str, ...]:
     """Methods whose global part can be aggregated robustly (`aggregation`); the others aggregate
     over a graph or clusters, where a coordinate-wise median of all clients has no meaning."""
     return tuple(name for name, m in METHODS.items() if m.robust)
 
 
-def build_strategy(cfg: RunConfig) -> Strategy:
+def build_strategy(cfg: RunConfig, storage: ClientMatrixStorage | None = None) -> Strategy:
     """The strategy of `cfg.method`, built by its package (a robust method's builder passes on the
-    `aggregation` rule; `RunConfig` allows a robust rule only for those)."""
-    return METHODS[cfg.method].build(cfg)
+    `aggregation` rule; `RunConfig` allows a robust rule only for those). `storage` allocates its
+    per-client matrices; default: `client-matrix-mmap-bytes` of `cfg`, files (above that size) in the
+    system's temporary directory. The ServerApp passes one that puts the files in the run directory."""
+    from strategies.shared.client_matrix import ClientMatrixStorage
+
+    if storage is None:
+        storage = ClientMatrixStorage(cfg.client_matrix_mmap_bytes)
+    return METHODS[cfg.method].build(cfg, storage)
 
 
 def discover() -> list[Method]:

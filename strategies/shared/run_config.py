@@ -47,13 +47,13 @@ class RunConfig(Settings):
     """Every setting of a Bouquet run (see pyproject.toml `[tool.flwr.app.config]` for defaults).
 
     The common settings are fields; each registered method's settings are one more attribute named
-    by its section (`cfg.sfl`, `cfg.fedcg`, ...), validated by the method's own `MethodSettings`.
+    by its section (`cfg.<section>`), validated by the method's own `MethodSettings`.
     """
 
     model_config = ConfigDict(frozen=True, extra="allow", alias_generator=kebab,
                               populate_by_name=True)
 
-    method: str = "sfl"
+    method: str = Field(default_factory=registry.default_method)  # the one registered with default=True
     dataset: str = "mnist"
     data_root: str | None = None
     partition: str = "label-clusters"
@@ -100,8 +100,9 @@ class RunConfig(Settings):
     resume: bool = False  # continue run-name from its newest valid checkpoint
     checkpoint_every: int = Field(1, ge=0)  # checkpoint after every n-th round (and the last; 0 = off)
     client_threads: int = Field(0, ge=0)
-    # a per-client server matrix (V [num_clients, P], SFL's U) larger than this many bytes is kept in
-    # a memory-mapped file in the run's output directory (strategies/shared/client_matrix.py; 0 = always)
+    # a per-client server matrix (V [num_clients, P], a method's own [N, P] ones) larger than this many
+    # bytes is kept in a memory-mapped file in the run's output directory
+    # (strategies/shared/client_matrix.py; 0 = always)
     client_matrix_mmap_bytes: int = Field(DEFAULT_MMAP_BYTES, ge=0)
     traffic_days: int = Field(0, ge=0)  # traffic: days of the series (0 = all; traffic-synthetic: 14)
 

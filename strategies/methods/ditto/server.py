@@ -11,6 +11,7 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
 from strategies.methods.ditto.settings import TRAIN_DITTO, DittoSection, DittoTrain
+from strategies.shared.client_matrix import ClientMatrixStorage
 from strategies.shared.messages import CONFIG, GLOBAL, METRICS, MODEL, PERSONAL
 from strategies.shared.personalized import PersonalizedStrategy
 
@@ -19,8 +20,10 @@ class Ditto(PersonalizedStrategy):
     train_message_type = TRAIN_DITTO
 
     def __init__(self, num_clients: int, fraction_train: float, settings: DittoSection,
-                 aggregation: str = "mean", trim_fraction: float = 0.2) -> None:
-        super().__init__(num_clients, fraction_train, aggregation, trim_fraction)
+                 aggregation: str = "mean", trim_fraction: float = 0.2, *,
+                 matrix_storage: ClientMatrixStorage | None = None) -> None:
+        super().__init__(num_clients, fraction_train, aggregation, trim_fraction,
+                         matrix_storage=matrix_storage)
         self.lam = settings.lambda_
         self.personal_epochs = settings.personal_epochs
         self._updates: list[tuple[torch.Tensor, float]] = []

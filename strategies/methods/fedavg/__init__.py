@@ -10,10 +10,11 @@ from strategies.shared.method import Method
 if TYPE_CHECKING:
     from flwr.serverapp.strategy import Strategy
 
+    from strategies.shared.client_matrix import ClientMatrixStorage
     from strategies.shared.run_config import RunConfig
 
 
-def build(cfg: RunConfig) -> Strategy:
+def build(cfg: RunConfig, storage: ClientMatrixStorage) -> Strategy:  # keeps no client matrix
     from strategies.methods.fedavg.server import build_fedavg
     return build_fedavg(cfg.fraction_train, cfg.aggregation, cfg.trim_fraction)
 

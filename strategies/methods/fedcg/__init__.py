@@ -12,10 +12,11 @@ from strategies.methods.fedcg.settings import FedCGSection
 if TYPE_CHECKING:
     from flwr.serverapp.strategy import Strategy
 
+    from strategies.shared.client_matrix import ClientMatrixStorage
     from strategies.shared.run_config import RunConfig
 
 
-def build(cfg: RunConfig) -> Strategy:
+def build(cfg: RunConfig, storage: ClientMatrixStorage) -> Strategy:  # keeps no client matrix
     from strategies.methods.fedcg.server import build_fedcg
     return build_fedcg(cfg)
 

@@ -10,12 +10,14 @@ from strategies.shared.method import Method
 if TYPE_CHECKING:
     from flwr.serverapp.strategy import Strategy
 
+    from strategies.shared.client_matrix import ClientMatrixStorage
     from strategies.shared.run_config import RunConfig
 
 
-def build(cfg: RunConfig) -> Strategy:
+def build(cfg: RunConfig, storage: ClientMatrixStorage) -> Strategy:
     from strategies.methods.fedper.server import FedPer
-    return FedPer(cfg.num_clients, cfg.fraction_train, cfg.aggregation, cfg.trim_fraction)
+    return FedPer(cfg.num_clients, cfg.fraction_train, cfg.aggregation, cfg.trim_fraction,
+                  matrix_storage=storage)
 
 
 METHODS = (Method("fedper", build, robust=True,

@@ -11,10 +11,11 @@ from strategies.methods.fedprox.settings import FedProxSection
 if TYPE_CHECKING:
     from flwr.serverapp.strategy import Strategy
 
+    from strategies.shared.client_matrix import ClientMatrixStorage
     from strategies.shared.run_config import RunConfig
 
 
-def build(cfg: RunConfig) -> Strategy:
+def build(cfg: RunConfig, storage: ClientMatrixStorage) -> Strategy:  # keeps no client matrix
     from strategies.methods.fedprox.server import build_fedprox
     return build_fedprox(cfg.fraction_train, cfg.fedprox.mu, cfg.aggregation, cfg.trim_fraction)
 

@@ -11,12 +11,14 @@ from strategies.methods.fedsem.settings import FedSEMSection
 if TYPE_CHECKING:
     from flwr.serverapp.strategy import Strategy
 
+    from strategies.shared.client_matrix import ClientMatrixStorage
     from strategies.shared.run_config import RunConfig
 
 
-def build(cfg: RunConfig) -> Strategy:
+def build(cfg: RunConfig, storage: ClientMatrixStorage) -> Strategy:
     from strategies.methods.fedsem.server import FedSEM
-    return FedSEM(cfg.num_clients, cfg.fraction_train, cfg.fedsem.clusters, cfg.seed)
+    return FedSEM(cfg.num_clients, cfg.fraction_train, cfg.fedsem.clusters, cfg.seed,
+                  matrix_storage=storage)
 
 
 METHODS = (Method("fedsem", build, "fedsem", FedSEMSection, limits={"clusters": "clients"},

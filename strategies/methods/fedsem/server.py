@@ -25,6 +25,7 @@ from __future__ import annotations
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
+from strategies.shared.client_matrix import ClientMatrixStorage
 from strategies.shared.clustered import ClusteredStrategy, cluster_means
 from strategies.shared.messages import TRAIN_LOCAL
 from strategies.shared.personalized import weighted_mean
@@ -76,9 +77,10 @@ class FedSEM(ClusteredStrategy):
     train_message_type = TRAIN_LOCAL
 
     def __init__(
-        self, num_clients: int, fraction_train: float, num_clusters: int, seed: int
+        self, num_clients: int, fraction_train: float, num_clusters: int, seed: int, *,
+        matrix_storage: ClientMatrixStorage | None = None
     ) -> None:
-        super().__init__(num_clients, fraction_train, num_clusters)
+        super().__init__(num_clients, fraction_train, num_clusters, matrix_storage=matrix_storage)
         self.assignment.zero_()  # everyone starts in cluster 0 (all centres are the initial model)
         self.generator = torch.Generator().manual_seed(seed)
         self.seeded = False  # whether K-means++ has picked the first distinct centres

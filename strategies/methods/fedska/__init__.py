@@ -12,12 +12,13 @@ from strategies.methods.fedska.settings import FedSKASection
 if TYPE_CHECKING:
     from flwr.serverapp.strategy import Strategy
 
+    from strategies.shared.client_matrix import ClientMatrixStorage
     from strategies.shared.run_config import RunConfig
 
 
-def build(cfg: RunConfig) -> Strategy:
+def build(cfg: RunConfig, storage: ClientMatrixStorage) -> Strategy:
     from strategies.methods.fedska.server import build_fedska
-    return build_fedska(cfg)
+    return build_fedska(cfg, storage)
 
 
 METHODS = (Method("fedska", build, "fedska", FedSKASection, {

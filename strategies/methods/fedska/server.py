@@ -67,6 +67,7 @@ from strategies.methods.fedska.settings import (
     SlotInstructions,
     SlotReply,
 )
+from strategies.shared.client_matrix import ClientMatrixStorage
 from strategies.shared.graph import fresh_graph, structure_share
 from strategies.shared.messages import CONFIG, GLOBAL, METRICS, MODEL, PERSONAL
 from strategies.shared.personalized import PersonalizedStrategy, weighted_mean
@@ -98,8 +99,9 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
     def __init__(self, num_clients: int, fraction_train: float, settings: FedSKASection, *,
                  seed: int, prior: np.ndarray | None = None,
                  reference: np.ndarray | None = None,
-                 truth: tuple[np.ndarray, str] | None = None) -> None:
-        super().__init__(num_clients, fraction_train)
+                 truth: tuple[np.ndarray, str] | None = None,
+                 matrix_storage: ClientMatrixStorage | None = None) -> None:
+        super().__init__(num_clients, fraction_train, matrix_storage=matrix_storage)
         if (settings.graph == "label-sharing" or settings.tau > 0) and prior is None:
             raise ValueError("fedska.graph='label-sharing' and fedska.tau > 0 need the prior graph")
         self.settings, self.seed = settings, seed
@@ -496,9 +498,9 @@ def _array(tensor: torch.Tensor) -> Array:
     return Array(np.ascontiguousarray(tensor.detach().cpu().numpy().astype(np.float32)))
 
 
-def build_fedska(cfg: RunConfig) -> FedSKA:
-    """FedSKA from the run config; the prior graph (given-graph mode, τ > 0) is loaded and checked
-    before any client is contacted."""
+def build_fedska(cfg: RunConfig, storage: ClientMatrixStorage | None = None) -> FedSKA:
+    """FedSKA from the run config, its client matrix kept by `storage`; the prior graph (given-graph
+    mode, τ > 0) is loaded and checked before any client is contacted."""
     from strategies.shared.priors import given_graph, ground_truth, structure_truth
 
     s = cfg.fedska
@@ -510,4 +512,4 @@ def build_fedska(cfg: RunConfig) -> FedSKA:
     reference = truth.label_graph if truth is not None else None
     return FedSKA(cfg.num_clients, cfg.fraction_train, s, seed=cfg.seed,
                   prior=prior, reference=reference,
-                  truth=structure_truth(cfg))
+                  truth=structure_truth(cfg), matrix_storage=storage)

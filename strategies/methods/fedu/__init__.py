@@ -11,12 +11,13 @@ from strategies.methods.fedu.settings import FedUSection
 if TYPE_CHECKING:
     from flwr.serverapp.strategy import Strategy
 
+    from strategies.shared.client_matrix import ClientMatrixStorage
     from strategies.shared.run_config import RunConfig
 
 
-def build(cfg: RunConfig) -> Strategy:
+def build(cfg: RunConfig, storage: ClientMatrixStorage) -> Strategy:
     from strategies.methods.fedu.server import build_fedu
-    return build_fedu(cfg)
+    return build_fedu(cfg, storage)
 
 
 METHODS = (Method("fedu", build, "fedu", FedUSection,

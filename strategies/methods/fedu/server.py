@@ -31,6 +31,7 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
 from strategies.methods.fedu.settings import FedUSection
+from strategies.shared.client_matrix import ClientMatrixStorage
 from strategies.shared.graph import row_normalize
 from strategies.shared.priors import check_adjacency, given_graph
 from strategies.shared.messages import CONFIG, PERSONAL, TRAIN_LOCAL
@@ -71,10 +72,10 @@ class FedU(PersonalizedStrategy):
     train_message_type = TRAIN_LOCAL
 
     def __init__(self, num_clients: int, fraction_train: float, settings: FedUSection, *,
-                 graph: np.ndarray, lr: float) -> None:
+                 graph: np.ndarray, lr: float, matrix_storage: ClientMatrixStorage | None = None) -> None:
         """`settings` is the `fedu` section; `graph` the loaded given graph [K, K]; `lr` the common
         local learning rate η (the Laplacian step is η·λ)."""
-        super().__init__(num_clients, fraction_train)
+        super().__init__(num_clients, fraction_train, matrix_storage=matrix_storage)
         self.graph = row_normalize(check_adjacency(graph, num_clients))
         self.lam, self.lr = settings.lambda_, lr
         self.untrained = settings.untrained
@@ -111,10 +112,11 @@ class FedU(PersonalizedStrategy):
                          "edges-per-client": float((self.graph > 0).sum(dim=1).float().mean())}}
 
 
-def build_fedu(cfg: RunConfig) -> FedU:
-    """FedU from the run config; the graph is loaded and checked before any client is contacted."""
+def build_fedu(cfg: RunConfig, storage: ClientMatrixStorage | None = None) -> FedU:
+    """FedU from the run config, its client matrix kept by `storage`; the graph is loaded and checked
+    before any client is contacted."""
     s = cfg.fedu
     graph = given_graph(cfg, s.graph, s.graph_file, "fedu.graph")
     log.info("FedU: graph '%s', %.1f neighbours per client (self included), λ = %g, untrained rows: %s",
              s.graph, float((graph > 0).sum(axis=1).mean()), s.lambda_, s.untrained)
-    return FedU(cfg.num_clients, cfg.fraction_train, s, graph=graph, lr=cfg.lr)
+    return FedU(cfg.num_clients, cfg.fraction_train, s, graph=graph, lr=cfg.lr, matrix_storage=storage)

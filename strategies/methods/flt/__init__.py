@@ -12,12 +12,13 @@ from strategies.methods.flt.settings import FLTSection
 if TYPE_CHECKING:
     from flwr.serverapp.strategy import Strategy
 
+    from strategies.shared.client_matrix import ClientMatrixStorage
     from strategies.shared.run_config import RunConfig
 
 
-def build(cfg: RunConfig) -> Strategy:
+def build(cfg: RunConfig, storage: ClientMatrixStorage) -> Strategy:
     from strategies.methods.flt.server import build_flt
-    return build_flt(cfg)
+    return build_flt(cfg, storage)
 
 
 METHODS = (Method("flt", build, "flt", FLTSection, {"train.flt_ae": "client_app.methods.flt:train_autoencoder",

@@ -49,6 +49,7 @@ from strategies.methods.flt.settings import (
     EmbedInstructions,
     EmbedReply,
 )
+from strategies.shared.client_matrix import ClientMatrixStorage
 from strategies.shared.graph import share_inside_groups
 from strategies.shared.messages import CONFIG, METRICS, PERSONAL, TRAIN_LOCAL
 from strategies.methods.flt.neighbourhood import NeighbourhoodModels
@@ -84,8 +85,9 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
 
     def __init__(self, num_clients: int, fraction_train: float, settings: FLTSection, *,
                  input_shape: tuple[int, int, int], seed: int = 0,
-                 pretrain_images: torch.Tensor | None = None) -> None:
-        super().__init__(num_clients, fraction_train)
+                 pretrain_images: torch.Tensor | None = None,
+                 matrix_storage: ClientMatrixStorage | None = None) -> None:
+        super().__init__(num_clients, fraction_train, matrix_storage=matrix_storage)
         check_autoencoder_input(input_shape)
         self.settings = settings
         self.input_shape = input_shape
@@ -384,8 +386,9 @@ def server_held_images(spec: DataSpec, count: int, seed: int) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(source.images[np.sort(chosen)]))
 
 
-def build_flt(cfg: RunConfig) -> FLT:
-    """FLT from the run config; fails before any client is contacted on an unusable setting."""
+def build_flt(cfg: RunConfig, storage: ClientMatrixStorage | None = None) -> FLT:
+    """FLT from the run config, its client matrix kept by `storage`; fails before any client is
+    contacted on an unusable setting."""
     from datasets.sources import SOURCE_INFO
     from strategies.shared.settings import ConfigError
 
@@ -403,5 +406,5 @@ def build_flt(cfg: RunConfig) -> FLT:
             raise ConfigError(f"run config: key 'flt.pretrain-samples' = "
                               f"{cfg.flt.pretrain_samples} is invalid: {err}") from None
     return FLT(cfg.num_clients, cfg.fraction_train, cfg.flt, input_shape=input_shape, seed=cfg.seed,
-               pretrain_images=images)
+               pretrain_images=images, matrix_storage=storage)
 

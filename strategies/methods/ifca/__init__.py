@@ -11,14 +11,15 @@ from strategies.methods.ifca.settings import IFCASection, cluster_model
 if TYPE_CHECKING:
     from flwr.serverapp.strategy import Strategy
 
+    from strategies.shared.client_matrix import ClientMatrixStorage
     from strategies.shared.run_config import RunConfig
 
 
-def build(cfg: RunConfig) -> Strategy:
+def build(cfg: RunConfig, storage: ClientMatrixStorage) -> Strategy:
     from strategies.methods.ifca.server import IFCA
     from strategies.shared.clustered import seeded_models
     return IFCA(cfg.num_clients, cfg.fraction_train, cfg.ifca.clusters,
-                seeded_models(cfg.model, cfg.dataset, cfg.seed))
+                seeded_models(cfg.model, cfg.dataset, cfg.seed), matrix_storage=storage)
 
 
 METHODS = (Method("ifca", build, "ifca", IFCASection, {"train.ifca": "client_app.methods.ifca:train",

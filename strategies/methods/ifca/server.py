@@ -27,6 +27,7 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 
+from strategies.shared.client_matrix import ClientMatrixStorage
 from strategies.shared.clustered import UNASSIGNED, ClusteredStrategy, ModelInit, cluster_means
 from strategies.methods.ifca.settings import EVALUATE_IFCA, TRAIN_IFCA, IFCATrainReply, cluster_model
 from strategies.shared.messages import CONFIG, EVALUATE, METRICS, MODEL
@@ -39,9 +40,10 @@ class IFCA(ClusteredStrategy):
     train_reply = IFCATrainReply
 
     def __init__(
-        self, num_clients: int, fraction_train: float, num_clusters: int, init: ModelInit
+        self, num_clients: int, fraction_train: float, num_clusters: int, init: ModelInit, *,
+        matrix_storage: ClientMatrixStorage | None = None
     ) -> None:
-        super().__init__(num_clients, fraction_train, num_clusters)
+        super().__init__(num_clients, fraction_train, num_clusters, matrix_storage=matrix_storage)
         self.init = init
         self._records: dict[str, ArrayRecord] | None = None  # the C models as sent this round
         self._trained: list[tuple[int, torch.Tensor, int]] = []  # (cluster, model row, n)

@@ -1,5 +1,6 @@
 """`lg-fedavg` (LG-FedAvg, Liang et al., 2020): personal feature extractor ("local representation"),
-shared head, on the partial-sharing base (`strategies.shared.partial`)."""
+shared head, on the partial-sharing base (`strategies.shared.partial`); one of the partial-sharing
+baselines of the SFL paper. The reverse of FedPer: the server averages `head.*` only."""
 
 from __future__ import annotations
 

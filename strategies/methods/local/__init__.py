@@ -10,12 +10,13 @@ from strategies.shared.method import Method
 if TYPE_CHECKING:
     from flwr.serverapp.strategy import Strategy
 
+    from strategies.shared.client_matrix import ClientMatrixStorage
     from strategies.shared.run_config import RunConfig
 
 
-def build(cfg: RunConfig) -> Strategy:
+def build(cfg: RunConfig, storage: ClientMatrixStorage) -> Strategy:
     from strategies.methods.local.server import Local
-    return Local(cfg.num_clients, cfg.fraction_train)
+    return Local(cfg.num_clients, cfg.fraction_train, matrix_storage=storage)
 
 
 METHODS = (Method("local", build, client={"train.local": "client_app.methods.local:train"},

@@ -28,6 +28,7 @@ from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
 from strategies.methods.sfl.settings import TRAIN_SFL, SFLTrain
 from strategies.methods.sfl.gcn import GCNPropagation
+from strategies.shared.client_matrix import ClientMatrixStorage
 from strategies.shared.graph import (
     fresh_graph,
     row_normalize,
@@ -57,8 +58,9 @@ class SFL(PersonalizedStrategy):
     def __init__(self, num_clients: int, fraction_train: float, settings: SFLSection, *,
                  prior: np.ndarray | None, learner: GraphLearner | None = None,
                  reference: np.ndarray | None = None, graph_source: str = "",
-                 truth: tuple[np.ndarray, str] | None = None) -> None:
-        super().__init__(num_clients, fraction_train)
+                 truth: tuple[np.ndarray, str] | None = None,
+                 matrix_storage: ClientMatrixStorage | None = None) -> None:
+        super().__init__(num_clients, fraction_train, matrix_storage=matrix_storage)
         if prior is None and learner is None:
             raise ValueError("SFL needs a prior graph, a graph learner, or both")
         self.settings = settings
@@ -271,9 +273,10 @@ def prior_graph(cfg: RunConfig) -> np.ndarray:
     return given_graph(cfg, cfg.sfl.graph, cfg.sfl.graph_file, "sfl.graph")
 
 
-def build_sfl(cfg: RunConfig, learn: bool) -> SFL:
-    """`sfl` (learn=False) or `sfl-star` (learn=True) from the run config. Every graph is loaded and
-    checked here, before any client is contacted. SFL* with β = 1 uses no prior (none is loaded)."""
+def build_sfl(cfg: RunConfig, learn: bool, storage: ClientMatrixStorage | None = None) -> SFL:
+    """`sfl` (learn=False) or `sfl-star` (learn=True) from the run config, its [N, P] matrices kept by
+    `storage`. Every graph is loaded and checked here, before any client is contacted. SFL* with β = 1
+    uses no prior (none is loaded)."""
     s = cfg.sfl
     needs_prior = not learn or s.beta < 1.0
     if learn and not needs_prior and s.graph != "none":
@@ -304,4 +307,4 @@ def build_sfl(cfg: RunConfig, learn: bool) -> SFL:
         log.info("SFL: prior graph '%s': %d clients, %.1f neighbours per client (self included)",
                  s.graph, len(prior), float((prior > 0).sum(axis=1).mean()))
     return SFL(cfg.num_clients, cfg.fraction_train, s, prior=prior, learner=learner,
-               reference=reference, graph_source=s.graph, truth=truth)
+               reference=reference, graph_source=s.graph, truth=truth, matrix_storage=storage)
