@@ -2,8 +2,9 @@
 included), loads no script from outside (Mermaid comes with it, so the diagrams render offline), its
 generated parts are up to date, every results page is its committed JSON rendered by the benchmark
 that wrote it, every number of a README or docs table row that cites results is in those results'
-JSON, the method pages cite results only through generated blocks, and every section moved out of
-the README has its page."""
+JSON, the method pages cite results only through generated blocks, no page of the site and not the
+README writes a measured number by hand (only settings and definitions), and every section moved out
+of the README has its page."""
 
 import json
 import os
@@ -263,12 +264,63 @@ def test_the_checks_catch_a_hand_written_result():
     assert RESULT_LIKE.findall("Conv3×3, 28×28 images, 2×2 pooling, k = 5 → 3, worst 5%") == []
 
 
+# --- every page and the README: measured numbers come from generated blocks -------------------------
+ALL_PAGES = [README, *gen.pages()]
+# what a measurement writes besides RESULT_LIKE: a signed number (a Δ: +4.6, −1.2), a decimal of at
+# least 10 (an accuracy or a time: 97.7, 31.67) and a quantity with a unit of time, size or points
+MEASURED = re.compile(
+    RESULT_LIKE.pattern
+    + r"|(?<![\w.])[+−]\d+(?:\.\d+)?(?![\w.])"
+    + r"|(?<![\w.,])\d{2,}\.\d+(?![\w.])"
+    + r"|(?<![\w.])\d+(?:[.,]\d+)*\s?(?:s|min|minutes|ms|MB|GB|GiB|MiB|points?)\b")
+# settings and definitions a page writes by hand, removed before the check
+DEFINITIONS = tuple(re.compile(p) for p in (
+    # Flower's and Bouquet's poll, pull, heartbeat, grace and restart intervals (seconds)
+    r"(?<![\w.–])(?:0–3|60–90|0|0\.1|0\.15|0\.5|1(?:\.0)?|3|5|10|30|60) ?s\b",
+    r"\d × heartbeat",
+    # data splits, the safeguard's held-out share, the best / worst 5 % of clients
+    r"\d+ ?% (?:train|validation|test)\b", r"(?:\(|held-out )10 %\)?|10 % × 5",
+    r"⌈5 ?%·K⌉", r"(?:best|worst)[- ]5 ?%",
+    # the traffic forecast horizon, a setting's default size, a size bound, a cluster id
+    r"\d+ (?:to \d+ )?minutes(?: ahead|,)", r"default \d+ GiB", r"16\.7 M", r"−1 =",
+))
+
+
+def measured_by_hand(text: str) -> list[str]:
+    """The measured-looking numbers of a page outside its generated blocks, code and comments,
+    each with its context, once the settings and definitions (`DEFINITIONS`) are removed."""
+    text = hand_written(text)
+    for pattern in DEFINITIONS:
+        text = pattern.sub("", text)
+    return [text[max(0, m.start() - 40):m.end() + 20].replace("\n", " ") for m in MEASURED.finditer(text)]
+
+
+def test_no_page_and_not_the_readme_writes_a_measured_number_by_hand():
+    """Every docs page and README.md: an accuracy, Δ, time, ratio, size or share is generated from
+    committed results (docs/blocks/, `gen:block`), or the page says that no committed result
+    records it."""
+    assert len(ALL_PAGES) >= 30
+    found = [f"{p.relative_to(REPO)}: …{snippet}…" for p in ALL_PAGES
+             for snippet in measured_by_hand(p.read_text())]
+    assert found == []
+
+
+def test_the_check_catches_a_measured_number_and_keeps_a_setting():
+    page = ("Local is at 97.7 and SFL +0.6; the suite took 58 min, the image is 6.7 GB, 0.52 of it.\n"
+            "A SuperNode pulls every 3 s; 70% train; `lr=0.05`; Flower 1.39; default 4 GiB.\n")
+    shown = {m.group(0) for m in MEASURED.finditer(hand_written(page))}
+    assert {"97.7", "+0.6", "58 min", "6.7 GB"} <= shown
+    assert len(measured_by_hand(page)) == 4
+    generated = "<!-- gen:block x -->\nLocal is at 97.7, +0.6, 58 min\n<!-- /gen -->\n"
+    assert measured_by_hand(generated) == []
+
+
 def test_every_generated_block_reads_only_committed_results():
-    """Each block of docs/blocks/ is used on a page and reads files tracked by git under
-    benchmarks/results/ (never outputs/ or a local run)."""
+    """Each block of docs/blocks/ is used on a page (or README.md) and reads files tracked by git
+    under benchmarks/results/ (never outputs/ or a local run)."""
     from docs import blocks
 
-    used = {name for p in gen.pages() for kind, args in re.findall(
+    used = {name for p in gen.generated_pages() for kind, args in re.findall(
         r"<!-- gen:([\w-]+)((?: (?!-->)[^ \n]+)*) -->", p.read_text()) if kind == "block"
         for name in args.split()}
     assert used == set(blocks.names())
