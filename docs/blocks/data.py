@@ -202,6 +202,8 @@ def baselines_of(label: str) -> tuple[str, ...]:
 
 
 BASELINES = baselines_of("fedavg")
+# the label suffix of a graph method's rows run with `safeguard = "off"` beside the default rows
+SAFEGUARD_OFF = " (safeguard off)"
 
 
 @dataclass
@@ -245,6 +247,11 @@ class Suite:
 
     def has(self, label: str, setting: str | None = None, rho: float | None = None) -> bool:
         return bool(self.rows(setting, rho, label=label))
+
+    def paper(self, method: str) -> str:
+        """The row of `method` with its paper's behaviour: `<method> (safeguard off)` where the suite
+        holds one (the runs before the per-client safeguard, relabelled), else `<method>`."""
+        return method + SAFEGUARD_OFF if self.has(method + SAFEGUARD_OFF) else method
 
     def best_baseline(self, setting: str, rho: float, label: str = "fedavg",
                       seeds: Sequence[int] | None = None) -> float | None:

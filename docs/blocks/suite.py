@@ -4,7 +4,7 @@ committed `benchmarks/results/suite/suite.json` and the diagnosis runs beside it
 Every block reads the rows the suite.json holds (no list of rows is written here): a re-run that adds
 rows (a new baseline, a method under a new setting) or relabels them (`<method> (safeguard off)`)
 changes the tables at the next `python -m docs.gen`. Prose about a method's behaviour as its paper
-defines it reads the `<method> (safeguard off)` row where the suite has one (`paper_label`).
+defines it reads the `<method> (safeguard off)` row where the suite has one (`Suite.paper`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ DIAG = "suite/diagnosis"
 # the issue's targets: every cell ≥ best baseline − TOLERANCE; + GAIN on the structured cells
 TOLERANCE, GAIN = 0.5, 2.0
 STRUCTURED = ("label-clusters", "domains")
-OFF = " (safeguard off)"
 # the suite as first run, one folder per seed and setting group (FLT γ = 1, FedSKA k = 5, FedU
 # `untrained=initial`): the earlier settings the reading compares against
 SEED_FOLDERS = tuple(f"suite/{s}-seed{i}" for s in ("label-clusters", "domains", "shards-dirichlet")
@@ -30,12 +29,6 @@ SFL_STAR = (("defaults (`gl-k` 5, updates)", "sfl-star-defaults-seed0"),
 
 def _cell(setting: str, rho: float) -> str:
     return f"{setting} ρ={rho:g}"
-
-
-def paper_label(s, method: str) -> str:
-    """The suite row of `method` with its paper's behaviour: `<method> (safeguard off)` where the
-    suite holds one, else `<method>`."""
-    return method + OFF if s.has(method + OFF) else method
 
 
 def _is_baseline(label: str) -> bool:
@@ -145,7 +138,7 @@ def _pair(s, label: str, setting: str, rhos=(1.0, 0.2), key: str = "delta") -> s
 @block("suite-reading")
 def reading(prefix: str) -> str:
     s = suite(MAIN)
-    L = lambda method: paper_label(s, method)  # noqa: E731
+    L = s.paper
     link = lambda page, text: f"[{text}]({prefix}methods/{page}.md)"  # noqa: E731
     bullets = []
 
@@ -170,7 +163,7 @@ def reading(prefix: str) -> str:
             f"**FLT on shards and Dirichlet** (Δ at ρ = 1 / 0.2): with γ = 1 "
             f"{_pair(old, 'flt', 'shards')} and {_pair(old, 'flt', 'dirichlet')} (a few large groups "
             f"of clients with different labels, `diagnosis/flt-shards-seed0/`); with the relative "
-            f"threshold ({flt}) {_pair(s, flt, 'shards')} and {_pair(s, flt, 'dirichlet')}. A tighter "
+            f"threshold (`{flt}`) {_pair(s, flt, 'shards')} and {_pair(s, flt, 'dirichlet')}. A tighter "
             f"threshold (0.03 × median) gives {_pair(tight_rule, 'flt', 'shards')} and "
             f"{_pair(tight_rule, 'flt', 'dirichlet')}, and {signed(tight_rule.delta('domains', 0.2, 'flt'), 1)} "
             f"on domains ρ = 0.2 against {signed(s.delta('domains', 0.2, flt), 1)}; it stays a setting "
@@ -186,7 +179,7 @@ def reading(prefix: str) -> str:
         expect_setting([f"{DIAG}/fedska-start-global-shards-dirichlet-seed1"], "fedska.start",
                        ["global"])
         bullets.append(
-            f"**FedSKA** ({ska}) is below the baselines by more than {TOLERANCE:g} on "
+            f"**FedSKA** (`{ska}`) is below the baselines by more than {TOLERANCE:g} on "
             + (", ".join(f"{c} ({signed(s.delta(*_split(c), ska), 1)})" for c in below) or "no cell")
             + f"; on label-clusters ρ = 0.2 it gives {signed(s.delta('label-clusters', 0.2, ska), 1)}. "
             "Without true clusters the learned graph links clients with other labels; the paper's "
@@ -197,7 +190,7 @@ def reading(prefix: str) -> str:
     if s.has("sfl") and s.has("sfl", "domains", 1.0):
         sfl = L("sfl")
         bullets.append(
-            f"**SFL with its given label-sharing graph** ({sfl}) gives "
+            f"**SFL with its given label-sharing graph** (`{sfl}`) gives "
             f"{signed(s.delta('domains', 1.0, sfl), 1)} on domains ρ = 1: every client holds every "
             "label, so the given graph is complete and SFL is FedAvg with half of each client's own "
             f"model. The rows that learn the graph: "
@@ -210,7 +203,7 @@ def reading(prefix: str) -> str:
         old = suite(*SEED_FOLDERS)
         unstructured = [st for st in s.settings]
         bullets.append(
-            f"**FedU** ({fedu}) at ρ = 1: "
+            f"**FedU** (`{fedu}`) at ρ = 1: "
             + ", ".join(f"{signed(s.delta(st, 1.0, fedu), 2)} on {st}" for st in unstructured
                         if s.has(fedu, st, 1.0))
             + f" (η·λ small: near Local). At ρ = 0.2, with `fedu.untrained=neighbours`: "
