@@ -49,16 +49,17 @@ CASES: dict[str, dict[str, Any]] = {
                       "max-samples-per-client": 40, "batch-size": 10, "fedcg.domains": 2,
                       "fedcg.teacher-period": 2, "fedcg.adj-warmup": 1, "fedcg.bottleneck": 8,
                       "fedcg.sinkhorn-iters": 3, "fedcg.balance-sample": 8},
-    "fedska": {"fedska.k": 2, "fedska.structure-steps": 2,
+    "fedska": {"fedska.k": 2, "fedska.structure-steps": 2, "fedska.encoder-steps": 2,
                "fedska.schedule": "separate"},  # the paper's: embed and grad queries as phases
-    "fedska-fused": {"method": "fedska", "fedska.k": 2, "fedska.structure-steps": 2},  # the default
+    "fedska-fused": {"method": "fedska", "fedska.k": 2, "fedska.structure-steps": 2,  # the schedule
+                     "fedska.encoder-steps": 2},  # with 2 exchanges: 2 phases per round
     "fedu": {},
     "fedu-reference": {"method": "fedu", "fedu.untrained": "initial"},  # untrained rows keep w0
     # the safeguard (the default; BASE pins the paper's behaviour): the train.local, train.sfl and
     # train.fedska paths, 4 rounds so that clients mix with an own model
     "sfl-safeguard": {"method": "sfl", "safeguard": "mix", "num-rounds": 4},
     "fedska-safeguard": {"method": "fedska", "safeguard": "mix", "num-rounds": 4, "fedska.k": 2,
-                         "fedska.structure-steps": 2},
+                         "fedska.structure-steps": 2, "fedska.encoder-steps": 2},
     "fedu-safeguard": {"method": "fedu", "safeguard": "mix", "num-rounds": 4},
 }
 

@@ -289,7 +289,7 @@ def test_fedska_federation_learns_a_graph_trains_gnn_e_and_reports_bytes_by_phas
     # negatively correlated and S has no off-diagonal weight to score)
     summary = simulate({**tiny_run, "method": "fedska", "partition": "shards", "num-clients": 6,
                         "num-rounds": 2, "finetune-epochs": 1, "fedska.similarity": "cosine",
-                        "fedska.schedule": "separate"})
+                        "fedska.schedule": "separate", "fedska.encoder-steps": 2, "safeguard": "off"})
     assert summary["final"]["personalized"]["mean"] > summary["round-0"]["personalized"]["mean"] + 20
     out = tmp_path / "run"
     graph = np.load(out / "graph.npy")
@@ -410,7 +410,8 @@ def test_reference_flags_reproduce_the_numbers_before_the_new_defaults(tiny_run,
     cap itself) (personalized mean 82.0833 %, Σ S = 5.995339)."""
     summary = simulate({**tiny_run, "method": "fedska", "partition": "shards", "num-clients": 6,
                         "fedska.similarity": "cosine", "fedska.start": "global",
-                        "fedska.structure-lr": 0.01, "fedska.k": 5, "fedska.schedule": "separate"})
+                        "fedska.structure-lr": 0.01, "fedska.k": 5, "fedska.schedule": "separate",
+                        "fedska.encoder-steps": 2, "safeguard": "off"})
     assert summary["final"]["personalized"]["mean"] == pytest.approx(82.08333333333333, abs=1e-9)
     assert float(np.load(tmp_path / "run" / "graph.npy").sum()) == pytest.approx(5.995338529348373,
                                                                                  abs=1e-6)
@@ -478,7 +479,8 @@ def test_fused_split_learning_makes_the_separate_schedules_encoder_updates(tiny_
     def strategy_with_slots(schedule):
         strategy = build_strategy(RunConfig.from_flower({**default_run_config(), **tiny_run, "method": "fedska",
                                                          "partition": "shards", "num-clients": 3,
-                                                         "fedska.schedule": schedule}))
+                                                         "fedska.schedule": schedule,
+                                                         "fedska.encoder-steps": 2}))
         strategy.num_slots = num_slots
         torch.manual_seed(1)
         strategy.graph = symmetric_normalize(torch.rand(3, 3) + torch.eye(3))
@@ -518,13 +520,27 @@ def test_fused_split_learning_makes_the_separate_schedules_encoder_updates(tiny_
 
 @pytest.mark.federation
 def test_fused_schedule_needs_two_phases_per_round_and_learns(tiny_run, tmp_path):
-    """The default schedule: 1 phase in round 1, 2 after (train + E_g − 1 = 1 gradient query);
-    slot features come on the train replies from round 2, the split-learning losses are reported."""
+    """The fused schedule with E_g = 2: 1 phase in round 1, 2 after (train + E_g − 1 = 1 gradient
+    query); slot features come on the train replies from round 2, the split-learning losses are
+    reported."""
     summary = simulate({**tiny_run, "method": "fedska", "partition": "shards", "num-clients": 6,
-                        "num-rounds": 4, "fedska.similarity": "cosine"})
+                        "num-rounds": 4, "fedska.similarity": "cosine", "fedska.encoder-steps": 2})
     rounds = [json.loads(line) for line in (tmp_path / "run" / "rounds.jsonl").open()]
     assert [r["phases"] for r in rounds] == [0, 1, 2, 2, 3]  # the last round: + the final evaluation
     assert rounds[1]["fedska-embedded-clients"] == 0 and rounds[2]["fedska-embedded-clients"] == 6
     assert len(rounds[2]["fedska-split-loss"]) == 1 and len(rounds[3]["fedska-split-loss"]) == 2
     assert set(rounds[3]["fedska-bytes-per-client"]) == {"train", "grad", "evaluate"}
+    assert summary["final"]["personalized"]["mean"] > summary["round-0"]["personalized"]["mean"] + 20
+
+
+@pytest.mark.federation
+def test_the_default_schedule_is_one_phase_per_round_and_still_learns_the_encoder(tiny_run, tmp_path):
+    """Defaults (fused, E_g = 1): every round one phase (+ the final evaluation in the last); the
+    one gradient step per round comes back on the train replies and is reported from round 3."""
+    summary = simulate({**tiny_run, "method": "fedska", "partition": "shards", "num-clients": 6,
+                        "num-rounds": 4, "fedska.similarity": "cosine"})
+    rounds = [json.loads(line) for line in (tmp_path / "run" / "rounds.jsonl").open()]
+    assert [r["phases"] for r in rounds] == [0, 1, 1, 1, 2]
+    assert rounds[2]["fedska-embedded-clients"] == 6
+    assert len(rounds[3]["fedska-split-loss"]) == 1
     assert summary["final"]["personalized"]["mean"] > summary["round-0"]["personalized"]["mean"] + 20

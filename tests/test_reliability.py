@@ -74,10 +74,12 @@ def test_corrupt_newest_checkpoint_falls_back_to_the_previous(tmp_path, caplog):
 
 # --- resume -------------------------------------------------------------------------------------
 def _config(tmp_path, method: str, **extra) -> dict:
+    """A small run; the safeguard is off because its own models live in the clients' node state,
+    which a resumed run (a new Flower run) starts without (see the safeguard's resume test)."""
     return {"dataset": "digits", "model": "mlp", "partition": "shards", "num-clients": 6,
             "num-rounds": 3, "max-samples-per-client": 60, "client-threads": 1,
             "fraction-train": 0.5, "finetune-epochs": 0, "method": method,
-            "output-dir": str(tmp_path), "run-name": "run", **extra}
+            "output-dir": str(tmp_path), "run-name": "run", "safeguard": "off", **extra}
 
 
 FEDCG = {"partition": "domains", "model": "cnn", "num-clients": 8, "max-samples-per-client": 40,
@@ -96,6 +98,26 @@ def test_resumed_run_equals_an_uninterrupted_one(tmp_path, method, extra):
     assert resumed["final"] == full["final"]  # bit-identical on this deterministic CPU backend
     rounds = [json.loads(line) for line in (tmp_path / "cut" / "run" / "rounds.jsonl").open()]
     assert [r["round"] for r in rounds] == [0, 1, 2, 3]
+
+
+@pytest.mark.federation
+def test_a_resumed_run_with_the_safeguard_restarts_the_clients_own_models(tmp_path):
+    """The clients' own models are node state of the interrupted run: after a resume every client
+    first uses the method's model again (no client mixes in the first resumed evaluation), then
+    keeps a new own model; the server's state is restored as without the safeguard."""
+    extra = {"safeguard": "mix", "finetune-epochs": 1}
+    full = simulate(_config(tmp_path / "full", "sfl", **extra))
+    simulate(_config(tmp_path / "cut", "sfl", **{**extra, "num-rounds": 1}))
+    resumed = simulate(_config(tmp_path / "cut", "sfl", resume=True, **extra))
+    full_rounds = [json.loads(line) for line in (tmp_path / "full" / "run" / "rounds.jsonl").open()]
+    rounds = [json.loads(line) for line in (tmp_path / "cut" / "run" / "rounds.jsonl").open()]
+    assert [r["round"] for r in rounds] == [0, 1, 2, 3]
+    assert rounds[0] == full_rounds[0] | {"seconds": rounds[0]["seconds"]}  # before the cut
+    # round 1's evaluation was pending at the checkpoint: the resumed run's clients make it without
+    # an own model, where the uninterrupted run's clients mixed theirs in
+    assert rounds[1]["safeguard-mixed"] == 0 < full_rounds[1]["safeguard-mixed"]
+    assert rounds[3]["safeguard-mixed"] > 0  # then they keep new own models
+    assert resumed["final"]["personalized"]["mean"] > 0
 
 
 def _run_in_subprocess(config: dict) -> subprocess.Popen:

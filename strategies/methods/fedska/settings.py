@@ -17,7 +17,9 @@ class FedSKASection(MethodSettings):
     lambda_s: float = Field(0.01, ge=0.0)  # λ_S of L_C + λ_S·L_S (Eq 9; [C] 0.01, [P] 1)
     k: int = Field(3, ge=1)  # kNN: top-(k+1) per row, self included (capped at num-clients − 1; spec 10)
     structure_steps: int = Field(10, ge=0)  # E_S: denoising (L_D) steps per round
-    encoder_steps: int = Field(2, ge=0)  # E_g: split-learning exchanges (query.ska_grad) per round
+    # E_g: split-learning exchanges (query.ska_grad) per round; 1 under the fused schedule = one
+    # phase per round (the gradient rides on the next train message)
+    encoder_steps: int = Field(1, ge=0)
     mask_ratio: float = Field(0.01, gt=0.0, le=1.0)  # r: Bernoulli ratio of noised entries
     noise: Literal["normal", "mask"] = "normal"  # H^c + M⊙N(0,1), or H^c⊙(1−M)
     denoiser_hidden: int = Field(64, ge=1)  # GNN_D: d → h → h → d
