@@ -16,8 +16,9 @@ BOUQUET = "bouquet "
 # why a method above ABOVE × FedAvg's s/round costs more (the numbers are generated beside it)
 ABOVE = 1.5
 WHY = {
-    "fedska": "every round after the first needs `fedska.encoder-steps` phases (default 2); one "
-              "encoder step per round (`fedska.encoder-steps = 1`) makes it one phase",
+    "fedska": "every round after the first took {busy} phases in this run (the fused schedule with "
+              "E_g = `fedska.encoder-steps` = {busy}, the default when it ran); E_g = 1 makes it one "
+              "phase per round (today's default: E_g = {default})",
     "fedcg": "the balancing phase after each teacher replacement, and a FedCG message carries the "
              "model, the student and the teacher; the last round's extra phase also balances the "
              "teacher replaced in that round (for the final evaluation's test histogram)",
@@ -93,8 +94,14 @@ def cost_methods(prefix: str) -> str:
         text += (f" Bouquet's FedAvg against the minimal Flower app in the same session: {num(b)} vs "
                  f"{num(f)} s per round (medians), {times(b / f, 2)}.")
     if above:
+        from strategies.shared import registry
+
+        phases = {m: p for m, _, _, p, _ in rows}
+        facts = {"busy": max(phases.get("fedska", [0])[1:-1], default=0),
+                 "default": registry.sections()["fedska"].model_fields["encoder_steps"].default}
         text += f"\n\nWhat is above {ABOVE:g}× FedAvg, and why:\n" + "\n".join(
-            f"- **{m}** ({times(ratio, 2)}): {WHY.get(m, 'not analysed')}." for m, ratio in above)
+            f"- **{m}** ({times(ratio, 2)}): {WHY.get(m, 'not analysed').format(**facts)}."
+            for m, ratio in above)
     return f"{head}\n\n{table_}\n\n{text}"
 
 
