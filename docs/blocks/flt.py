@@ -102,8 +102,9 @@ def thresholds_reading(prefix: str) -> str:
         f"(inside up to {num(job['inside-max'])} × median, across from {num(job['across-min'])}): "
         + ("no pair is linked" if job["rules"]["0.05 × median"]["edges-per-client"] == 0
            else "few pairs are linked")
-        + f" and FLT ends where local training does ({num(job_run.pers('flt'))} and "
-        f"{num(job_run.pers('local'))}; with γ = 1, {pct(job['rules']['γ = 1']['share-inside'], 0)} "
+        + (" and FLT ends where local training does" if round(job_run.pers("flt"), 1) ==
+           round(job_run.pers("local"), 1) else " and FLT ends near local training")
+        + f" ({num(job_run.pers('flt'))} and {num(job_run.pers('local'))}; with γ = 1, {pct(job['rules']['γ = 1']['share-inside'], 0)} "
         f"of the edges are inside a group, its accuracy {NOT_RECORDED}). A cut at the largest "
         "ratio gap of the sorted pair distances (below the median), in the same file, links the "
         f"digits groups exactly but links across groups on label-clusters with 20 clients "
