@@ -195,9 +195,13 @@ def test_every_number_of_a_table_row_citing_results_is_in_their_json():
 
 def test_the_check_catches_a_number_that_is_not_in_the_cited_json():
     cited = [gen.RESULTS / "default-job.json"]
-    assert shown_numbers_missing([(README, "| sfl 97.67 | fedavg 75.0 |", cited)]) == []
-    assert shown_numbers_missing([(README, "| sfl 97.61 | fedavg 75.0 |", cited)]) == [
-        "README.md: 97.61 in | sfl 97.61 | fedavg 75.0 |…"]
+    summaries = {s["method"]: s for s in json.loads(cited[0].read_text())["summaries"]}
+    sfl, fedavg = (summaries[m]["final"]["personalized"]["mean"] for m in ("sfl", "fedavg"))
+    shown = f"| sfl {sfl:.2f} | fedavg {fedavg:.1f} |"
+    assert shown_numbers_missing([(README, shown, cited)]) == []
+    wrong = f"| sfl {sfl - 0.06:.2f} | fedavg {fedavg:.1f} |"  # in no cited number's rounding
+    assert shown_numbers_missing([(README, wrong, cited)]) == [
+        f"README.md: {sfl - 0.06:.2f} in {wrong[:60]}…"]
 
 
 def test_the_readme_is_short_and_links_a_page_for_every_moved_section():

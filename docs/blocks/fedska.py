@@ -252,3 +252,28 @@ def bytes_(prefix: str) -> str:
     return (f"Per client, the median round moves {num(per_client['fedska'])} MB for FedSKA and "
             f"{num(per_client['fedavg'])} MB for FedAvg (q = 2); by phase, in the last round:\n\n"
             + table(("phase", "down (bytes)", "up (bytes)", "what"), rows, align="lrrl"))
+
+
+@block("fedska-encoder-steps")
+def encoder_steps(prefix: str) -> str:
+    """E_g = 2 against the default 1 (one phase per round), both with the safeguard: the k100 shards
+    runs and every suite cell (seed means)."""
+    rows = []
+    for q in QS:
+        two = compare(f"method-safeguard/fedska-mnist-shards-q{q}-k100-safeguard")
+        one = compare(f"method-safeguard/fedska-mnist-shards-q{q}-k100-safeguard-eg1")
+        a, b = two.pers("fedska"), one.pers("fedska")
+        rows.append([f"shards q={q}, 100 clients", num(a), num(b), signed(b - a)])
+    expect_setting(["suite/safeguard"], "fedska.encoder-steps", [2])
+    expect_setting(["suite/fedska-eg1"], "fedska.encoder-steps", [1])
+    two, one = suite("suite/safeguard"), suite("suite/fedska-eg1")
+    for setting in SETTINGS:
+        for rho in RHOS:
+            seeds = sorted(set(two.seeds(setting, rho, "fedska")) & set(one.seeds(setting, rho, "fedska")))
+            if not seeds:
+                continue
+            a = two.value(setting, rho, "fedska", seeds=seeds)
+            b = one.value(setting, rho, "fedska", seeds=seeds)
+            rows.append([f"suite {setting} ρ={rho:g} (seeds {', '.join(map(str, seeds))})", num(a),
+                         num(b), signed(b - a)])
+    return table(["run", "E_g = 2", "E_g = 1 (default)", "difference"], rows)

@@ -67,3 +67,50 @@ def no_regret_targets(prefix: str) -> str:
         + table(["row", "worst Δ (cell)", f"cells with Δ ≥ −{TOLERANCE:g}",
                  f"headroom cells with Δ ≥ +{GAIN:g}"], rows, "lllr")
     )
+
+
+# (earlier defaults, safeguard re-run) of the committed method tables; the re-run ran the graph
+# methods (FLT's tables FedAvg too, as they had no fine-tuning before)
+METHOD_TABLES = [
+    *[(f"sfl-mnist-shards-q{q}-k100-defaults", f"method-safeguard/sfl-mnist-shards-q{q}-k100-safeguard",
+       f"shards q={q}, 100 clients, 20 rounds") for q in (2, 5, 10)],
+    *[(f"fedska-mnist-shards-q{q}-k100-defaults",
+       f"method-safeguard/fedska-mnist-shards-q{q}-k100-safeguard-eg1",
+       f"shards q={q}, 100 clients, 20 rounds") for q in (2, 5, 10)],
+    *[(f"flt-{name}-m50-defaults", f"method-safeguard/flt-{name}-m50-safeguard", title)
+      for name, title in (("label-clusters", "label-clusters, 50 clients, 50 rounds, ρ = 0.2"),
+                          ("dirichlet1", "Dirichlet α = 1, 50 clients, 50 rounds, ρ = 0.2"),
+                          ("iid", "iid, 50 clients, 50 rounds, ρ = 0.2"))],
+]
+
+
+def _ft(run, method: str) -> float | None:
+    tuned = run.final(method, "finetuned")
+    return tuned.get("mean") if tuned else None
+
+
+@block("safeguard-method-tables")
+def method_tables(prefix: str) -> str:
+    """The committed method tables: each graph method with the earlier defaults (the paper's
+    behaviour) beside the safeguard, and the best baseline of either run."""
+    from docs.blocks.data import compare
+
+    rows = []
+    for old_name, new_name, title in METHOD_TABLES:
+        old, new = compare(old_name), compare(new_name)
+        base = {}
+        for run in (old, new):
+            for method in ("fedavg", "local"):
+                if method in run.methods:
+                    base[method] = run.pers(method)
+                    if method == "fedavg" and _ft(run, method) is not None:
+                        base["fedavg+FT"] = _ft(run, method)
+        best = max(base, key=base.get)
+        for method in new.methods:
+            if method in ("fedavg", "local"):
+                continue
+            rows.append([title, method, num(old.pers(method)), num(new.pers(method)),
+                         num(_ft(new, method)), f"{best} {num(base[best])}",
+                         signed(new.pers(method) - base[best])])
+    return table(["run", "method", "safeguard off (earlier default)", "safeguard", "safeguard +FT",
+                  "best baseline", "Δ (safeguard)"], rows, "llrrrlr")

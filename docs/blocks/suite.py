@@ -14,6 +14,7 @@ from docs.blocks.data import (DASH, MISSING, baselines_of, expect_setting, joine
                               raw, signed, span, suite, table)
 
 MAIN = "suite"
+FT = "+FT"  # the label suffix of a method's "+ finetune-epochs local epochs" row (benchmarks.suite.FT)
 DIAG = "suite/diagnosis"
 # the issue's targets: every cell ≥ best baseline − TOLERANCE; + GAIN on the structured cells
 TOLERANCE, GAIN = 0.5, 2.0
@@ -54,7 +55,8 @@ def wall_time(prefix: str) -> str:
     s = suite(MAIN)
     seeds = sorted({r["seed"] for r in s.rows()})
     groups = []  # (setting, model suffix)
-    for r in s.rows():
+    runs_ = [r for r in s.rows() if not r["label"].endswith(FT)]  # a +FT row is its run's second row
+    for r in runs_:
         key = (r["setting"], " (cnn)" if r["label"].endswith(" (cnn)") else "")
         if key not in groups:
             groups.append(key)
@@ -62,15 +64,16 @@ def wall_time(prefix: str) -> str:
     for setting, cnn in groups:
         cells = []
         for seed in seeds:
-            runs = [r["wall_seconds"] for r in s.rows(setting, seed=seed)
-                    if r["label"].endswith(" (cnn)") == bool(cnn) and r.get("wall_seconds")]
+            runs = [r["wall_seconds"] for r in runs_ if r["setting"] == setting and r["seed"] == seed
+                    and r["label"].endswith(" (cnn)") == bool(cnn) and r.get("wall_seconds")]
             cells.append(num(sum(runs) / 60, 1) if runs else DASH)
             totals[seed] += sum(runs) / 60
         rows.append((f"{setting}{' (`cnn` rows)' if cnn else ''}", *cells))
     rows.append(("**all**", *(f"**{num(totals[seed], 1)}**" for seed in seeds)))
     return (table(("setting", *(f"seed {seed}, min" for seed in seeds)), rows)
-            + f"\n\nSum of every row's recorded run time (`wall_seconds`: the method's federation, "
-            f"both ρ) in minutes; {len(s.rows())} rows. The rows come from the parts joined with "
+            + f"\n\nSum of the recorded run times (`wall_seconds`: each method's federation, both "
+            f"ρ) in minutes, over {len(runs_)} runs (a `+FT` row is a second result of its method's "
+            "run and is not counted again). The rows come from the parts joined with "
             "`--merge`, each run on its own (see the commands in `suite-delta.md`), so a part's own "
             "wall time, with its start-up, is in its `suite-delta.md` header.")
 
@@ -155,8 +158,8 @@ def reading(prefix: str) -> str:
     # FLT: the threshold rule on the unstructured cells
     if s.has("flt"):
         expect_setting(SEED_FOLDERS, "flt.threshold", [MISSING, "absolute"])
-        old = suite(*SEED_FOLDERS)
-        tight_rule = suite(f"{DIAG}/flt-relative-0.03")
+        old = suite(*SEED_FOLDERS, baselines_from=(MAIN,))
+        tight_rule = suite(f"{DIAG}/flt-relative-0.03", baselines_from=(MAIN,))
         expect_setting([f"{DIAG}/flt-relative-0.03"], "flt.relative-gamma", [0.03])
         flt = L("flt")
         bullets.append(
@@ -174,17 +177,15 @@ def reading(prefix: str) -> str:
         ska = L("fedska")
         below = [_cell(*c) for c in s.cells() if s.has(ska, *c)
                  and (s.delta(*c, ska) or 0) < -TOLERANCE]
-        start = suite(f"{DIAG}/fedska-start-global-shards-dirichlet-seed1",
-                      baselines_from=SEED_FOLDERS)
+        start = suite(f"{DIAG}/fedska-start-global-shards-dirichlet-seed1", baselines_from=(MAIN,))
         expect_setting([f"{DIAG}/fedska-start-global-shards-dirichlet-seed1"], "fedska.start",
                        ["global"])
         bullets.append(
             f"**FedSKA** (`{ska}`) is below the baselines by more than {TOLERANCE:g} on "
             + (", ".join(f"{c} ({signed(s.delta(*_split(c), ska), 1)})" for c in below) or "no cell")
-            + f"; on label-clusters ρ = 0.2 it gives {signed(s.delta('label-clusters', 0.2, ska), 1)}. "
-            "Without true clusters the learned graph links clients with other labels; the paper's "
+            + ". Without true clusters the learned graph links clients with other labels; the paper's "
             f"start from w̄ (`start=global`, seed 1) gives {signed(start.delta('shards', 1.0, 'fedska'), 1)} "
-            f"on shards ρ = 1 ({link('fedska', 'FedSKA')}).")
+            f"on shards ρ = 1 ({link('fedska', 'FedSKA')})." + _with_safeguard(s, "fedska"))
 
     # SFL with its given graph on domains
     if s.has("sfl") and s.has("sfl", "domains", 1.0):
@@ -195,12 +196,15 @@ def reading(prefix: str) -> str:
             "label, so the given graph is complete and SFL is FedAvg with half of each client's own "
             f"model. The rows that learn the graph: "
             + ", ".join(f"{m} {signed(s.delta('domains', 1.0, L(m)), 1)}"
-                        for m in ("sfl-star", "fedska", "flt") if s.has(L(m), "domains", 1.0)) + ".")
+                        for m in ("sfl-star", "fedska", "flt") if s.has(L(m), "domains", 1.0)) + "."
+            + (f" With the safeguard (`sfl`) each client keeps as much of its own model as its "
+               f"held-out data asks for: {signed(s.delta('domains', 1.0, 'sfl'), 1)}."
+               if sfl != "sfl" and s.has("sfl", "domains", 1.0) else ""))
 
     # FedU
     if s.has("fedu"):
         fedu = L("fedu")
-        old = suite(*SEED_FOLDERS)
+        old = suite(*SEED_FOLDERS, baselines_from=(MAIN,))
         unstructured = [st for st in s.settings]
         bullets.append(
             f"**FedU** (`{fedu}`) at ρ = 1: "
@@ -249,6 +253,18 @@ def reading(prefix: str) -> str:
             "same seed, mean over the seeds): " + "; ".join(parts) + ". FLT needs no C. Bytes: IFCA "
             "downloads C models per sampled client (`suite-bytes-*.png`).")
     return "\n".join(f"- {b}" for b in bullets)
+
+
+def _with_safeguard(s, method: str) -> str:
+    """The cells where the safeguard row of `method` is below the tolerance, when the suite has it
+    beside the paper row."""
+    if s.paper(method) == method or not s.has(method):
+        return ""
+    below = [(c, s.delta(*c, method)) for c in s.cells() if s.has(method, *c)]
+    below = [(c, d) for c, d in below if d is not None and d < -TOLERANCE]
+    return (f" With the safeguard (`{method}`): "
+            + (", ".join(f"{_cell(*c)} {signed(d, 1)}" for c, d in below) if below
+               else f"no cell below −{TOLERANCE:g}") + ".")
 
 
 def _split(cell: str) -> tuple[str, float]:
