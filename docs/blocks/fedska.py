@@ -61,7 +61,8 @@ def defaults(prefix: str) -> str:
          f"{num(start_global.value('domains', 1.0, 'fedska'))} (FedAvg "
          f"{num(k5.value('domains', 1.0, 'fedavg', seeds=[0]))}, Local "
          f"{num(k5.value('domains', 1.0, 'local', seeds=[0]))}); with `start=graph` (the "
-         f"defaults) {num(main.value('domains', 1.0, main.paper('fedska'), seeds=[0]))}"),
+         f"default; the suite's `{main.paper('fedska')}` row) "
+         f"{num(main.value('domains', 1.0, main.paper('fedska'), seeds=[0]))}"),
     ]
     return table(("key", "default", "paper / reference", "measurement (suite: 20 clients, `mlp`)"),
                  rows, align="llll")
