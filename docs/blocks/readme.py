@@ -96,19 +96,27 @@ class Row:
     note: str = ""
 
 
+SG = "method-safeguard/"  # the method tables re-run with the per-client safeguard (a shipped default)
 ROWS = (
     Row("groups with disjoint labels (`{partition}`, {num-clients} clients, {num-clusters} groups, "
-        "{num-rounds} rounds)", ("flt-label-clusters-m50-defaults", "flt-label-clusters-m50"), "ari"),
+        "{num-rounds} rounds)", (f"{SG}flt-label-clusters-m50-safeguard", "flt-label-clusters-m50-defaults",
+                                  "flt-label-clusters-m50"), "ari"),
     Row("the default job ({num-clients} clients, {num-clusters} groups, {num-rounds} rounds)",
         ("default-job",), "default"),
     Row("2 labels per client (`{partition}` q={shards-per-client}, {num-clients} clients, "
-        "{num-rounds} rounds)", ("fedska-mnist-shards-q2-k100-defaults", "sfl-mnist-shards-q2-k100-defaults",
+        "{num-rounds} rounds)", (f"{SG}fedska-mnist-shards-q2-k100-safeguard-eg1",
+                                 f"{SG}sfl-mnist-shards-q2-k100-safeguard",
+                                 "fedska-mnist-shards-q2-k100-defaults", "sfl-mnist-shards-q2-k100-defaults",
                                  "sfl-mnist-shards-q2-k100", "fedska-mnist-shards-q2-k100")),
     Row("mild label skew (`{partition}` q={shards-per-client}, {num-clients} clients, "
-        "{num-rounds} rounds)", ("fedska-mnist-shards-q10-k100-defaults", "sfl-mnist-shards-q10-k100-defaults",
+        "{num-rounds} rounds)", (f"{SG}fedska-mnist-shards-q10-k100-safeguard-eg1",
+                                 f"{SG}sfl-mnist-shards-q10-k100-safeguard",
+                                 "fedska-mnist-shards-q10-k100-defaults", "sfl-mnist-shards-q10-k100-defaults",
                                  "sfl-mnist-shards-q10-k100", "fedska-mnist-shards-q10-k100")),
 )
-UNSTRUCTURED = (("flt-iid-m50-defaults", "flt-iid-m50"), ("flt-dirichlet1-m50-defaults", "flt-dirichlet1-m50"))
+# (shipped defaults with the safeguard, the same without it, FLT's reference absolute threshold)
+UNSTRUCTURED = ((f"{SG}flt-iid-m50-safeguard", "flt-iid-m50-defaults", "flt-iid-m50"),
+                (f"{SG}flt-dirichlet1-m50-safeguard", "flt-dirichlet1-m50-defaults", "flt-dirichlet1-m50"))
 STYLES = ("fedcg-styles-k1-defaults", "fedcg-styles-k2-b16")
 ROTATED = "fedcg-rotated-mnist-defaults"
 TRAFFIC = "traffic-synthetic"
@@ -149,30 +157,32 @@ def _cells(row: Row, prefix: str) -> tuple[str, ...]:
             round(values["flt"][0], 1) == round(values["local"][0], 1):
         aware += (" (FLT = local: with 2 clients per group the groups do not separate in FLT's "
                   "embedding, and its relative threshold links no pair)")
-    links = ", ".join(_link(name, prefix, name.replace("-mnist-shards", "-…")) for name in row.files)
+    links = ", ".join(_link(name, prefix, _short(name)) for name in row.files)
     return data, best, fedavg, aware, links
 
 
+def _short(name: str) -> str:
+    return name.removeprefix(SG).replace("-mnist-shards", "-…")
+
+
 def _unstructured(prefix: str) -> tuple[str, ...]:
-    defaults = [compare(d) for d, _ in UNSTRUCTURED]
-    reference = [compare(r) for _, r in UNSTRUCTURED]
-    s = [c.settings for c in defaults]
+    current, off, reference = ([compare(names[i]) for names in UNSTRUCTURED] for i in range(3))
+    s = [c.settings for c in current]
     data = (f"no structure (`{s[0]['partition']}` / `{s[1]['partition']}` α="
             f"{s[1]['dirichlet-alpha']:g}, {s[0]['num-clients']} clients, {s[0]['num-rounds']} rounds)")
     best = []
-    for c in defaults:
+    for c in current:
         top = max(c.methods, key=c.pers)
         best.append((top, c.pers(top)))
     same = len({m for m, _ in best}) == 1
     shown = (f"{_name(best[0][0])} {joined(num(v, 1) for _, v in best)}" if same
              else joined(f"{_name(m)} {num(v, 1)}" for m, v in best))
-    fedavg = joined(num(c.pers("fedavg"), 1) for c in defaults)
-    thresholds = joined(r.settings["flt.threshold"] if "flt.threshold" in r.settings else "absolute"
-                        for r in reference)
-    aware = (f"FLT {joined(num(c.pers('flt'), 1) for c in defaults)} (with "
-             f"`flt.threshold={thresholds.split(' / ')[0]}`: "
+    fedavg = joined(num(c.pers("fedavg"), 1) for c in current)
+    threshold = reference[0].settings.get("flt.threshold", "absolute")
+    aware = (f"FLT {joined(num(c.pers('flt'), 1) for c in current)} (safeguard off: "
+             f"{joined(num(c.pers('flt'), 1) for c in off)}; with `flt.threshold={threshold}`: "
              f"{joined(num(c.pers('flt'), 1) for c in reference)})")
-    links = ", ".join(_link(n, prefix) for pair in zip(*UNSTRUCTURED) for n in pair)
+    links = ", ".join(_link(n, prefix, _short(n)) for names in zip(*UNSTRUCTURED) for n in names)
     return data, shown, fedavg, aware, links
 
 
@@ -233,8 +243,9 @@ def which_method(prefix: str) -> str:
                   "results"), rows, align="lllll") + (
         "\n\nMean personalized test accuracy (%) over clients from the committed comparisons "
         "(same data, seed and budget for every method of a file; each file starts with its "
-        "command). A method's value comes from the first file of its row that ran it (the "
-        "shipped defaults first).")
+        "command). A method's value comes from the first file of its row that ran it: the "
+        "shipped defaults first (the graph methods with their per-client safeguard, "
+        "`method-safeguard/`), then the earlier runs without it.")
 
 
 @block("which-method-summary")
@@ -248,7 +259,7 @@ def which_method_summary(prefix: str) -> str:
     plain["FedAvg + 1 local epoch"] = few["fedavg"][1]
     graph_best = max(few[m][0] for m in few if m in GRAPH)
     as_good = max(v for v in plain.values() if v is not None) >= graph_best - NEAR
-    unstructured = [compare(d) for d, _ in UNSTRUCTURED]
+    unstructured = [compare(names[0]) for names in UNSTRUCTURED]
     fedavg_best = all(max(c.methods, key=c.pers) == "fedavg" for c in unstructured)
     k1, k2, rot = Runs(STYLES[0]), Runs(STYLES[1]), Runs(ROTATED)
     gain = lambda r: signed(r.mean("distance") - r.mean("fedavg"), 1)  # noqa: E731
