@@ -97,7 +97,8 @@ def test_untrained_clients_take_their_trained_neighbours_rows_after_a_round_and_
 
 @pytest.mark.federation
 def test_lambda_zero_is_exactly_local_training(tiny_run, tmp_path):
-    common = {**tiny_run, "partition": "shards", "num-clients": 4, "num-rounds": 2}
+    common = {**tiny_run, "partition": "shards", "num-clients": 4, "num-rounds": 2,
+              "safeguard": "off"}  # the paper's FedU: λ = 0 is local training exactly
     local = simulate({**common, "method": "local", "run-name": "local"})
     fedu0 = simulate({**common, "method": "fedu", "fedu.lambda": 0.0, "fedu.untrained": "initial",
                       "run-name": "fedu0"})
