@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import lzma
 import re
 import sys
 from pathlib import Path
@@ -80,3 +81,18 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     if page.file.src_uri.startswith("results/"):  # generated above
         return markdown
     return fill(markdown, Path(page.file.src_uri))
+
+
+MERMAID = Path(__file__).parent / "assets" / "mermaid" / "mermaid.min.js.xz"
+
+
+def mermaid_script() -> bytes:
+    """The vendored Mermaid (`assets/mermaid/SOURCE.txt`), kept xz-compressed in the repository."""
+    return lzma.decompress(MERMAID.read_bytes())
+
+
+def on_post_build(config: Any) -> None:
+    """Write the vendored Mermaid where mkdocs.yml's extra_javascript points the pages."""
+    target = Path(config["site_dir"]) / "assets" / "mermaid" / "mermaid.min.js"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(mermaid_script())
