@@ -32,9 +32,11 @@ CASES: dict[str, dict[str, Any]] = {
     "ditto": {},
     "ifca": {"ifca.clusters": 2},
     "fedsem": {"fedsem.clusters": 2},
-    "flt": {"flt.ae-epochs": 1, "flt.latent-dim": 16, "flt.umap-neighbors": 4},
+    "flt": {"flt.ae-epochs": 1, "flt.latent-dim": 16, "flt.umap-neighbors": 4,
+            "flt.no-structure": "keep"},  # the paper's: the thresholded graph, whatever its contrast
     "flt-absolute": {"method": "flt", "flt.threshold": "absolute", "flt.ae-epochs": 1,
-                     "flt.latent-dim": 16, "flt.umap-neighbors": 4},  # the paper's threshold
+                     "flt.latent-dim": 16, "flt.umap-neighbors": 4,
+                     "flt.no-structure": "keep"},  # the paper's threshold
     "fedper": {},
     "lg-fedavg": {},
     "sfl": {},

@@ -31,7 +31,7 @@ from strategies.methods.flt.server import FLT, server_held_images
 from strategies.methods.local.server import Local
 from strategies.shared.messages import CLIENT, METRICS
 from strategies.methods.flt.relatedness import (form_client_relatedness, place_client, relative_threshold,
-                                    threshold_adjacency)
+                                    structure_contrast, threshold_adjacency)
 
 
 # --- the autoencoder ------------------------------------------------------------------------------
@@ -185,6 +185,54 @@ def test_fcr_with_a_relative_threshold_keeps_the_gamma_it_used_for_late_clients(
     np.testing.assert_array_equal(rel.adjacency[8, others], rel.distance[8, others] < rel.gamma)
 
 
+def test_structure_contrast_is_the_edges_latent_distance_over_the_non_edges():
+    """Three groups of three, latent distance 0.5 inside a group and 10 across: the group graph's
+    contrast is 0.5 / 10; a graph whose edges are no closer than its other pairs has contrast 1;
+    with no edge (or no non-edge) it is undefined."""
+    groups = np.repeat(np.arange(3), 3)
+    latent = np.where(groups[:, None] == groups[None, :], 0.5, 10.0)
+    np.fill_diagonal(latent, 0.0)
+    blocks = (groups[:, None] == groups[None, :]).astype(np.float32)
+    assert structure_contrast(latent, blocks) == pytest.approx(0.05)
+    flat = np.full((9, 9), 3.0)
+    np.fill_diagonal(flat, 0.0)
+    assert structure_contrast(flat, blocks) == pytest.approx(1.0)
+    assert structure_contrast(latent, np.eye(9)) is None
+    assert structure_contrast(latent, np.ones((9, 9))) is None
+
+
+def test_without_client_structure_fcr_falls_back_to_the_complete_graph():
+    """Clients whose centroids are noisy copies of one set: a threshold that links some pairs in
+    UMAP's 2-D embedding links pairs no closer in the latent space than the rest (contrast near 1),
+    so the structure check replaces Ã by the complete graph (FedAvg's neighbourhood); with
+    `min_contrast=None` (flt.no-structure=keep) Ã is kept; a threshold that links no pair also falls
+    back. Clustered clients pass the check with Ã unchanged. A late client joins the complete graph."""
+    rng = np.random.default_rng(3)
+    common = rng.normal(size=(2, 32)) * 8
+    noisy = {c: (common + rng.normal(size=(2, 32))).astype(np.float32) for c in range(18)}
+    late = noisy.pop(5)
+    kept = form_client_relatedness(noisy, 18, gamma=1.0, relative_gamma=0.5)
+    assert not kept.complete and kept.adjacency.sum() > 18 and 0.85 < kept.contrast < 1.15
+    checked = form_client_relatedness(noisy, 18, gamma=1.0, relative_gamma=0.5, min_contrast=0.8)
+    assert checked.complete and checked.contrast == pytest.approx(kept.contrast)
+    np.testing.assert_array_equal(checked.adjacency, kept.adjacency)  # Ã itself is reported as is
+    placed = checked.placed
+    graph = checked.aggregation_graph()
+    assert (graph[np.ix_(placed, placed)] == 1).all()
+    assert graph[5].sum() == 1.0 and graph[5, 5] == 1.0  # not placed yet: self only
+    place_client(checked, 5, late)
+    assert (checked.aggregation_graph() == 1).all()
+    edgeless = form_client_relatedness(noisy, 18, gamma=1.0, relative_gamma=0.05, min_contrast=0.8)
+    assert edgeless.adjacency.sum() == 18 and edgeless.contrast is None and edgeless.complete
+
+    centroids, _ = _clustered_centroids(rng, groups=3, per_group=6)
+    plain = form_client_relatedness(centroids, 18, gamma=1.0, relative_gamma=0.05)
+    clustered = form_client_relatedness(centroids, 18, gamma=1.0, relative_gamma=0.05,
+                                        min_contrast=0.8)
+    assert not clustered.complete and clustered.contrast < 0.2
+    np.testing.assert_array_equal(clustered.aggregation_graph(), plain.aggregation_graph())
+
+
 # --- federations ----------------------------------------------------------------------------------
 def _recording(store: list):
     """A ClientApp wrapper that keeps every FLT one-off message and its reply."""
@@ -255,7 +303,8 @@ def _accuracies(path):
 def test_tiny_gamma_is_exactly_local_training(tiny_run, tmp_path):
     """γ → 0 gives Ã = I: FLT must then reproduce `local` number for number (same seed)."""
     common = {**tiny_run, "model": "mlp", "fraction-train": 0.5, "num-rounds": 3,  # mlp: dropout
-              "safeguard": "off"}  # the paper's FLT: with Ã = I it is local training exactly
+              "safeguard": "off",  # the paper's FLT: with Ã = I it is local training exactly
+              "flt.no-structure": "keep"}  # (the structure check would replace an edgeless Ã)
     local = simulate({**common, "method": "local", "run-name": "local"}, num_nodes=2)
     flt = simulate({**common, "method": "flt", "flt.threshold": "absolute", "flt.gamma": 1e-9, "run-name": "flt"}, num_nodes=2)
     assert flt["flt"]["edges"] == 0
@@ -320,7 +369,8 @@ def test_reference_umap_neighbours_reproduce_the_numbers_before_the_default_chan
     5 UMAP neighbours the same threshold puts more of its edges inside clusters (9/14; the AVX-512
     kernels gave 1.0: on 9 clients a pair's distance near the absolute threshold flips)."""
     common = {**tiny_run, "method": "flt", "partition": "label-clusters", "num-clusters": 3,
-              "labels-per-cluster": 2, "num-clients": 9, "safeguard": "off"}  # measured before it
+              "labels-per-cluster": 2, "num-clients": 9, "safeguard": "off",  # measured before it
+              "flt.no-structure": "keep"}  # and before the structure check
     reference = simulate({**common, "flt.threshold": "absolute", "flt.umap-neighbors": 15,
                           "flt.fresh-only": False,
                           "run-name": "reference"})

@@ -73,6 +73,22 @@ def _relabel(labels: np.ndarray) -> np.ndarray:
     return rank[inverse].astype(np.int64)
 
 
+def structure_contrast(latent: np.ndarray, adjacency: np.ndarray) -> float | None:
+    """How much closer Ã's linked clients are than its unlinked ones in the encoder's own space:
+    median(L_ij over edges) / median(L_ij over non-edges), L the set distance between the clients'
+    *latent* centroids (before UMAP). Near 1: the edges are no closer than any pair there, the
+    groups were made by the 2-D embedding (UMAP draws clusters from unstructured points too). None
+    when Ã has no edge or no non-edge (the contrast is undefined)."""
+    latent = np.asarray(latent, dtype=np.float64)
+    linked = np.asarray(adjacency) > 0
+    off = ~np.eye(len(latent), dtype=bool)
+    inside, outside = latent[linked & off], latent[~linked & off]
+    inside, outside = inside[np.isfinite(inside)], outside[np.isfinite(outside)]
+    if inside.size == 0 or outside.size == 0:
+        return None
+    return float(np.median(inside) / max(float(np.median(outside)), 1e-12))
+
+
 def cluster_adjacency(labels: np.ndarray) -> np.ndarray:
     """Ã_ij = 1[c_i = c_j] (spec §2, disjoint clusters: one model per cluster)."""
     labels = np.asarray(labels)
@@ -171,6 +187,8 @@ class Relatedness:
     adjacency: np.ndarray
     clusters: np.ndarray | None
     seconds: dict[str, float] = field(default_factory=dict)
+    contrast: float | None = None  # `structure_contrast` of the thresholded Ã (None: undefined)
+    complete: bool = False  # no structure found: every placed client is every other's neighbour
 
     @property
     def placed(self) -> list[int]:
@@ -179,7 +197,13 @@ class Relatedness:
 
     def aggregation_graph(self) -> np.ndarray:
         """The graph the models are averaged over: Ã, or with clusters Ã_ij = 1[c_i = c_j] (spec §2);
-        a client without a row keeps a self-only row either way."""
+        a client without a row keeps a self-only row either way. With no structure found
+        (`complete`), Ã links every placed client, so the average is FedAvg's over the placed ones."""
+        if self.complete:
+            graph = np.eye(self.num_clients, dtype=np.float32)
+            placed = self.placed
+            graph[np.ix_(placed, placed)] = 1.0
+            return graph
         if self.clusters is None:
             return self.adjacency
         graph = cluster_adjacency(self.clusters)
@@ -213,12 +237,18 @@ def relative_threshold(distance: np.ndarray, fraction: float) -> float:
 def form_client_relatedness(
     centroids: dict[int, np.ndarray], num_clients: int, *, gamma: float, distance: str = "matching",
     clusters: int = 0, umap_neighbors: int = 15, relative_gamma: float | None = None,
+    min_contrast: float | None = None,
 ) -> Relatedness:
     """Server side of FCR (spec §2–3): UMAP over all centroids → A (matching or min-pair distance
     between clients' embedded centroid sets) → Ã = 1[A < γ] with self-loops → optional Ward clusters.
     `centroids` maps client id → its uploaded [k_m, e] centroids; others get self-only rows. With
     `relative_gamma`, γ = relative_gamma × the median of A (`relative_threshold`) instead of `gamma`;
-    the γ used is kept in `Relatedness.gamma` (late clients are placed against it)."""
+    the γ used is kept in `Relatedness.gamma` (late clients are placed against it).
+
+    With `min_contrast`, Ã must pass the structure check: its edges' median latent distance below
+    `min_contrast` × its non-edges' (`structure_contrast`). A graph that fails it, or has no edge,
+    is replaced by the complete graph over the placed clients (`Relatedness.complete`): without
+    groups in the data, FedAvg's average is the neighbourhood every client shares."""
     clients = sorted(centroids)
     sizes = np.array([len(centroids[c]) for c in clients], dtype=np.int64)
     seconds: dict[str, float] = {}
@@ -242,22 +272,30 @@ def form_client_relatedness(
     adjacency = threshold_adjacency(distances, gamma)
     seconds["threshold"] = time.perf_counter() - started
 
+    started = time.perf_counter()
+    latent = np.concatenate([centroids[c] for c in clients])
+    contrast = structure_contrast(set_distances(latent, sizes, latent, sizes, distance),
+                                  adjacency[np.ix_(clients, clients)])
+    complete = min_contrast is not None and (contrast is None or contrast >= min_contrast) \
+        and len(clients) > 1
+    seconds["structure-check"] = time.perf_counter() - started
+
     labels = None
-    if clusters > 0:
+    if clusters > 0 and not complete:
         started = time.perf_counter()
         labels = np.full(num_clients, -1, dtype=np.int64)
         labels[clients] = ward_clusters(adjacency[np.ix_(clients, clients)], clusters)
         seconds["clustering"] = time.perf_counter() - started
     seconds["server-total"] = sum(seconds.values())
     return Relatedness(num_clients, gamma, distance, clusters, dict(centroids), points, reducer,
-                       distances, adjacency, labels, seconds)
+                       distances, adjacency, labels, seconds, contrast, complete)
 
 
 def place_client(relatedness: Relatedness, client: int, centroids: np.ndarray) -> None:
     """Give a client that answered after FCR its row and column (spec §3, §6.3 [D]): embed its
     centroids with the fitted UMAP's `transform`, measure its distance to every placed client, and
     threshold. With clusters it joins the cluster holding most of its Ã-neighbours (none: the cluster
-    of its nearest client)."""
+    of its nearest client). Under a complete graph (no structure found) it joins every client."""
     rel = relatedness
     others = [c for c in rel.placed if c != client]
     own = umap_place(rel.reducer, centroids)

@@ -170,15 +170,24 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
             centroids, self.num_clients, gamma=s.gamma, distance=s.distance, clusters=s.clusters,
             umap_neighbors=s.umap_neighbors,
             relative_gamma=s.relative_gamma if s.threshold == "relative" else None,
+            min_contrast=s.min_contrast if s.no_structure == "complete" else None,
         )
         self.models.set_graph(self.relatedness.aggregation_graph())
         self.fcr_seconds.update(self.relatedness.seconds)
         self.fcr_seconds["total"] = time.perf_counter() - started  # pretraining included
-        edges = _edges(self.relatedness.adjacency)
-        log.info("FLT: FCR placed %d of %d clients, %d edges, %.1f s", len(centroids),
-                 self.num_clients, edges, self.fcr_seconds["total"])
+        rel = self.relatedness
+        edges = _edges(rel.adjacency)
+        contrast = "undefined" if rel.contrast is None else f"{rel.contrast:.2f}"
+        log.info("FLT: FCR placed %d of %d clients, %d edges (structure contrast %s), %.1f s",
+                 len(centroids), self.num_clients, edges, contrast, self.fcr_seconds["total"])
+        if rel.complete:
+            log.info("FLT: the graph's edges are no closer in the encoder's space than other pairs "
+                     "(contrast %s, flt.min-contrast %g): no client structure found, averaging over "
+                     "every client (flt.no-structure=keep keeps the thresholded graph)", contrast,
+                     s.min_contrast)
         self._report = {"flt": {
             "fcr-seconds": dict(self.fcr_seconds), "clients-placed": len(centroids), "edges": edges,
+            "structure-contrast": rel.contrast, "complete-graph": rel.complete,
             "autoencoder-loss": list(self.autoencoder_losses),
         }}
 
@@ -272,8 +281,12 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
         return report
 
     def client_graph(self) -> np.ndarray | None:
-        """The relatedness graph (None until the one-shot relatedness has been formed)."""
-        return None if self.relatedness is None else self.relatedness.adjacency
+        """The relatedness graph (None until the one-shot relatedness has been formed); the complete
+        graph the models are averaged over when no structure was found."""
+        rel = self.relatedness
+        if rel is None:
+            return None
+        return rel.aggregation_graph() if rel.complete else rel.adjacency
 
     def report(self, directory: Path, truth: Partition | None) -> dict[str, Any]:
         """Ã → graph.npy/.png, A → distance.npy/.png (clients grouped by discovered cluster), the
@@ -306,6 +319,7 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
             "centroids-per-client": float(np.mean([len(rel.centroids[c]) for c in placed])),
             "uplink-floats-per-client": float(np.mean([rel.centroids[c].size for c in placed])),
             "fcr-seconds": dict(self.fcr_seconds), "autoencoder-loss": list(self.autoencoder_losses),
+            "structure-contrast": rel.contrast, "complete-graph": bool(rel.complete),
         }
         if true_ids is not None:
             true_ids = np.asarray(true_ids)
