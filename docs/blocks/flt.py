@@ -4,8 +4,8 @@ cost at scale."""
 from __future__ import annotations
 
 from docs.blocks import block
-from docs.blocks.data import (MISSING, NOT_RECORDED, compare, expect_setting, num, pct, raw, signed,
-                              span, suite, table, times)
+from docs.blocks.data import (MISSING, NOT_RECORDED, compare, expect_setting, joined, num, pct, raw,
+                              signed, span, suite, table, times)
 
 DIAG = "suite/diagnosis"
 SETTINGS = ("shards", "label-clusters", "domains", "dirichlet")
@@ -62,8 +62,27 @@ def defaults(prefix: str) -> str:
          f"with no sampled neighbour at the initial model: label-clusters "
          f"{num(old_graph.value('label-clusters', 0.2, 'flt'))}, worst 5 % "
          f"{num(old_graph.value('label-clusters', 0.2, 'flt', 'worst'))}"),
+        ("`flt.no-structure`, `flt.min-contrast`", "`complete`, 0.3",
+         "`keep` (the thresholded graph, whatever it links)", _structure_measurement()),
     ]
     return table(("key", "default", "paper / reference", "measurement"), rows, align="llll")
+
+
+def _structure_measurement() -> str:
+    parts = []
+    for name, title in STRUCTURE_RUNS:
+        kept = compare(f"method-safeguard/flt-{name}-m50-safeguard")
+        checked = compare(f"method-safeguard/flt-{name}-m50-structure")
+        parts.append(f"{title} {num(checked.pers('flt'))} (keep: {num(kept.pers('flt'))}; FedAvg "
+                     f"{num(checked.pers('fedavg'))})")
+    data = raw("flt-structure")
+    grouped = [r["contrast"] for row in data["rows"] for r in row["seeds"]
+               if row["setting"].startswith(("label-clusters", "domains"))]
+    plain = [r["contrast"] for row in data["rows"] for r in row["seeds"]
+             if not row["groups"] and r["contrast"] is not None]
+    return (f"contrast with client groups (label-clusters, domains; 20–50 clients, 3 seeds) "
+            f"{span(grouped)}, without (iid, Dirichlet α = 1) {span(plain)}; 50 clients, ρ = 0.2, "
+            "with the safeguard: " + ", ".join(parts))
 
 
 @block("flt-relative")
@@ -218,3 +237,56 @@ def scale(prefix: str) -> str:
         f"row-axpys instead of {thr['row-axpys-one-product-per-row']:,}, one step {ratio(thr)} a "
         f"FedAvg mean over the same matrix ({ratio(per_row)} with one product per distinct row); "
         f"with Ward clusters {ratio(ward)}.")
+
+
+STRUCTURE_RUNS = (("iid", "iid"), ("dirichlet1", "Dirichlet α = 1"), ("label-clusters", "label-clusters"))
+
+
+@block("flt-structure")
+def structure(prefix: str) -> str:
+    """The contrast of the thresholded graph per partition, client count and seed."""
+    data = raw("flt-structure")
+    threshold = data["min-contrast"]
+    rows = []
+    for row in data["rows"]:
+        contrasts = [r["contrast"] for r in row["seeds"]]
+        shares = [r["share-inside"] for r in row["seeds"]]
+        rows.append((row["setting"], "yes" if row["groups"] else "no",
+                     joined(num(r["edges-per-client"], 1) for r in row["seeds"]),
+                     joined("—" if s is None else num(s) for s in shares),
+                     joined("—" if c is None else num(c) for c in contrasts),
+                     joined("graph" if c is not None and c < threshold else "complete"
+                            for c in contrasts)))
+    grouped = [r["contrast"] for row in data["rows"] for r in row["seeds"]
+               if row["setting"].startswith(("label-clusters", "domains"))]
+    plain = [r["contrast"] for row in data["rows"] if not row["groups"] for r in row["seeds"]]
+    known_grouped = [c for c in grouped if c is not None]
+    known_plain = [c for c in plain if c is not None]
+    return (
+        table(("setting", "client groups", "edges per client (seeds " +
+               "/".join(str(r["seed"]) for r in data["rows"][0]["seeds"]) + ")",
+               "share inside", "contrast", f"decision at {num(threshold, 1)}"), rows, "llrrrl")
+        + f"\n\nWith groups of clients that share labels or a domain, the contrast is "
+        f"{span(known_grouped)}; without groups (iid, Dirichlet α = 1) it is {span(known_plain)} "
+        f"where the threshold links any pair ({sum(c is None for c in plain)} of {len(plain)} runs "
+        f"link none). Label skew without groups (shards, Dirichlet α = 0.1) lies between.")
+
+
+@block("flt-structure-tables")
+def structure_tables(prefix: str) -> str:
+    """FLT's 50-client tables with the safeguard, the thresholded graph against the check."""
+    rows = []
+    for name, title in STRUCTURE_RUNS:
+        kept = compare(f"method-safeguard/flt-{name}-m50-safeguard")
+        checked = compare(f"method-safeguard/flt-{name}-m50-structure")
+        report = checked.get("flt", "flt")
+        base = {"fedavg": checked.pers("fedavg"),
+                "fedavg+FT": (checked.final("fedavg", "finetuned") or {}).get("mean")}
+        best = max((k for k in base if base[k] is not None), key=base.get)
+        contrast = report.get("structure-contrast")
+        rows.append((title, num(kept.pers("flt")), num(checked.pers("flt")),
+                     "—" if contrast is None else num(contrast),
+                     "complete" if report.get("complete-graph") else "graph",
+                     f"{best} {num(base[best])}", signed(checked.pers("flt") - base[best])))
+    return table(("50 clients, ρ = 0.2, 50 rounds", "flt.no-structure=keep", "complete (default)",
+                  "contrast", "graph used", "best baseline", "Δ (default)"), rows, "lrrrllr")

@@ -114,9 +114,12 @@ ROWS = (
                                  "fedska-mnist-shards-q10-k100-defaults", "sfl-mnist-shards-q10-k100-defaults",
                                  "sfl-mnist-shards-q10-k100", "fedska-mnist-shards-q10-k100")),
 )
-# (shipped defaults with the safeguard, the same without it, FLT's reference absolute threshold)
-UNSTRUCTURED = ((f"{SG}flt-iid-m50-safeguard", "flt-iid-m50-defaults", "flt-iid-m50"),
-                (f"{SG}flt-dirichlet1-m50-safeguard", "flt-dirichlet1-m50-defaults", "flt-dirichlet1-m50"))
+# (shipped defaults: the safeguard and FLT's structure check; the thresholded graph with the
+# safeguard; neither; FLT's reference absolute threshold)
+UNSTRUCTURED = ((f"{SG}flt-iid-m50-structure", f"{SG}flt-iid-m50-safeguard", "flt-iid-m50-defaults",
+                 "flt-iid-m50"),
+                (f"{SG}flt-dirichlet1-m50-structure", f"{SG}flt-dirichlet1-m50-safeguard",
+                 "flt-dirichlet1-m50-defaults", "flt-dirichlet1-m50"))
 STYLES = ("fedcg-styles-k1-defaults", "fedcg-styles-k2-b16")
 ROTATED = "fedcg-rotated-mnist-defaults"
 TRAFFIC = "traffic-synthetic"
@@ -166,7 +169,7 @@ def _short(name: str) -> str:
 
 
 def _unstructured(prefix: str) -> tuple[str, ...]:
-    current, off, reference = ([compare(names[i]) for names in UNSTRUCTURED] for i in range(3))
+    current, kept, off, reference = ([compare(names[i]) for names in UNSTRUCTURED] for i in range(4))
     s = [c.settings for c in current]
     data = (f"no structure (`{s[0]['partition']}` / `{s[1]['partition']}` α="
             f"{s[1]['dirichlet-alpha']:g}, {s[0]['num-clients']} clients, {s[0]['num-rounds']} rounds)")
@@ -179,7 +182,12 @@ def _unstructured(prefix: str) -> tuple[str, ...]:
              else joined(f"{_name(m)} {num(v, 1)}" for m, v in best))
     fedavg = joined(num(c.pers("fedavg"), 1) for c in current)
     threshold = reference[0].settings.get("flt.threshold", "absolute")
-    aware = (f"FLT {joined(num(c.pers('flt'), 1) for c in current)} (safeguard off: "
+    complete = [bool(c.get("flt", "flt").get("complete-graph")) for c in current]
+    check = ("it finds no structure and averages over every client" if all(complete) else
+             f"it finds no structure on {sum(complete)} of {len(complete)}")
+    aware = (f"FLT {joined(num(c.pers('flt'), 1) for c in current)} ({check}; with "
+             f"`flt.no-structure=keep`: "
+             f"{joined(num(c.pers('flt'), 1) for c in kept)}; safeguard off too: "
              f"{joined(num(c.pers('flt'), 1) for c in off)}; with `flt.threshold={threshold}`: "
              f"{joined(num(c.pers('flt'), 1) for c in reference)})")
     links = ", ".join(_link(n, prefix, _short(n)) for names in zip(*UNSTRUCTURED) for n in names)

@@ -181,10 +181,10 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
         log.info("FLT: FCR placed %d of %d clients, %d edges (structure contrast %s), %.1f s",
                  len(centroids), self.num_clients, edges, contrast, self.fcr_seconds["total"])
         if rel.complete:
-            log.info("FLT: the graph's edges are no closer in the encoder's space than other pairs "
-                     "(contrast %s, flt.min-contrast %g): no client structure found, averaging over "
-                     "every client (flt.no-structure=keep keeps the thresholded graph)", contrast,
-                     s.min_contrast)
+            log.info("FLT: the graph's edges are not much closer in the encoder's space than its "
+                     "other pairs (contrast %s, flt.min-contrast %g; undefined: no edge): no client "
+                     "structure found, averaging over every client (flt.no-structure=keep keeps "
+                     "the thresholded graph)", contrast, s.min_contrast)
         self._report = {"flt": {
             "fcr-seconds": dict(self.fcr_seconds), "clients-placed": len(centroids), "edges": edges,
             "structure-contrast": rel.contrast, "complete-graph": rel.complete,
