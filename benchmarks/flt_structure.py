@@ -41,22 +41,23 @@ SUITE = {"dataset": "mnist", "num-clients": 20, "model": "mlp", "max-samples-per
 TABLES = {"dataset": "mnist", "num-clients": 50, "model": "mlp", "max-samples-per-client": 300,
           "local-epochs": 2, "batch-size": 10, "lr": 0.01, "momentum": 0.5}  # FLT's method tables
 CLUSTERS = {"partition": "label-clusters", "num-clusters": 5, "labels-per-cluster": 2}
-# (setting, overrides, has client groups): groups = clients whose data differ by group
-SETTINGS: list[tuple[str, dict[str, Any], bool]] = [
-    ("iid, 20 clients", {**SUITE, "partition": "iid"}, False),
-    ("iid, 50 clients", {**TABLES, "partition": "iid"}, False),
-    ("iid, 100 clients", {**TABLES, "num-clients": 100, "partition": "iid"}, False),
-    ("Dirichlet α=1, 50 clients", {**TABLES, "partition": "dirichlet", "dirichlet-alpha": 1.0}, False),
-    ("Dirichlet α=1, 20 clients", {**SUITE, "partition": "dirichlet", "dirichlet-alpha": 1.0}, False),
-    ("Dirichlet α=0.1, 20 clients", {**SUITE, "partition": "dirichlet", "dirichlet-alpha": 0.1}, True),
-    ("shards q=2, 20 clients", {**SUITE, "partition": "shards", "shards-per-client": 2}, True),
-    ("shards q=2, 50 clients", {**TABLES, "partition": "shards", "shards-per-client": 2}, True),
-    ("label-clusters 5×2, 20 clients", {**SUITE, **CLUSTERS}, True),
-    ("label-clusters 5×2, 50 clients", {**TABLES, **CLUSTERS}, True),
+# (setting, overrides, structure): "groups" = groups of clients that share labels or a domain,
+# "label skew" = each client's labels differ without groups, "none" = alike up to sampling
+SETTINGS: list[tuple[str, dict[str, Any], str]] = [
+    ("iid, 20 clients", {**SUITE, "partition": "iid"}, "none"),
+    ("iid, 50 clients", {**TABLES, "partition": "iid"}, "none"),
+    ("iid, 100 clients", {**TABLES, "num-clients": 100, "partition": "iid"}, "none"),
+    ("Dirichlet α=1, 50 clients", {**TABLES, "partition": "dirichlet", "dirichlet-alpha": 1.0}, "none"),
+    ("Dirichlet α=1, 20 clients", {**SUITE, "partition": "dirichlet", "dirichlet-alpha": 1.0}, "none"),
+    ("Dirichlet α=0.1, 20 clients", {**SUITE, "partition": "dirichlet", "dirichlet-alpha": 0.1}, "label skew"),
+    ("shards q=2, 20 clients", {**SUITE, "partition": "shards", "shards-per-client": 2}, "label skew"),
+    ("shards q=2, 50 clients", {**TABLES, "partition": "shards", "shards-per-client": 2}, "label skew"),
+    ("label-clusters 5×2, 20 clients", {**SUITE, **CLUSTERS}, "groups"),
+    ("label-clusters 5×2, 50 clients", {**TABLES, **CLUSTERS}, "groups"),
     ("label-clusters 3×3, 30 clients", {**SUITE, "num-clients": 30, "partition": "label-clusters",
-                                         "num-clusters": 3, "labels-per-cluster": 3}, True),
-    ("domains, 4 rotations, 20 clients", {**SUITE, "partition": "domains"}, True),
-    ("domains, 4 rotations, 40 clients", {**SUITE, "num-clients": 40, "partition": "domains"}, True),
+                                         "num-clusters": 3, "labels-per-cluster": 3}, "groups"),
+    ("domains, 4 rotations, 20 clients", {**SUITE, "partition": "domains"}, "groups"),
+    ("domains, 4 rotations, 40 clients", {**SUITE, "num-clients": 40, "partition": "domains"}, "groups"),
 ]
 
 
@@ -96,13 +97,13 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         shares = [r["share-inside"] for r in row["seeds"]]
         decisions = ["graph" if c is not None and c < threshold else "complete" for c in contrasts]
         table.append([
-            row["setting"], "yes" if row["groups"] else "no",
+            row["setting"], row["structure"],
             " / ".join(f"{r['edges-per-client']:.1f}" for r in row["seeds"]),
             " / ".join("—" if s is None else f"{s:.2f}" for s in shares),
             " / ".join("—" if c is None else f"{c:.2f}" for c in contrasts),
             " / ".join(decisions),
         ])
-    lines += markdown_table(["setting", "client groups", "edges per client (per seed)",
+    lines += markdown_table(["setting", "structure", "edges per client (per seed)",
                              "share inside", "contrast", "decision"], "llrrrl", table)
     return "\n".join(lines) + "\n"
 
@@ -121,11 +122,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = datetime.now(timezone.utc)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for i, (name, overrides, groups) in enumerate(SETTINGS):
+        for i, (name, overrides, structure) in enumerate(SETTINGS):
             if args.only and not any(name.startswith(o) for o in args.only):
                 continue
             seeds = [measure(overrides, seed, Path(tmp) / f"{i}-{seed}") for seed in args.seeds]
-            rows.append({"setting": name, "overrides": overrides, "groups": groups, "seeds": seeds})
+            rows.append({"setting": name, "overrides": overrides, "structure": structure,
+                         "seeds": seeds})
             print(name, [(r["contrast"], r["share-inside"]) for r in seeds], flush=True)
     meta = {"name": args.name, "command": "python -m benchmarks.flt_structure " + shlex.join(argv),
             "date": started.strftime("%Y-%m-%d %H:%M UTC"), "machine": machine_facts(),

@@ -77,9 +77,9 @@ def _structure_measurement() -> str:
                      f"{num(checked.pers('fedavg'))})")
     data = raw("flt-structure")
     grouped = [r["contrast"] for row in data["rows"] for r in row["seeds"]
-               if row["setting"].startswith(("label-clusters", "domains"))]
+               if row["structure"] == "groups"]
     plain = [r["contrast"] for row in data["rows"] for r in row["seeds"]
-             if not row["groups"] and r["contrast"] is not None]
+             if row["structure"] == "none" and r["contrast"] is not None]
     return (f"contrast with client groups (label-clusters, domains; 20–50 clients, 3 seeds) "
             f"{span(grouped)}, without (iid, Dirichlet α = 1) {span(plain)}; 50 clients, ρ = 0.2, "
             "with the safeguard: " + ", ".join(parts))
@@ -251,25 +251,26 @@ def structure(prefix: str) -> str:
     for row in data["rows"]:
         contrasts = [r["contrast"] for r in row["seeds"]]
         shares = [r["share-inside"] for r in row["seeds"]]
-        rows.append((row["setting"], "yes" if row["groups"] else "no",
+        rows.append((row["setting"], row["structure"],
                      joined(num(r["edges-per-client"], 1) for r in row["seeds"]),
                      joined("—" if s is None else num(s) for s in shares),
                      joined("—" if c is None else num(c) for c in contrasts),
                      joined("graph" if c is not None and c < threshold else "complete"
                             for c in contrasts)))
     grouped = [r["contrast"] for row in data["rows"] for r in row["seeds"]
-               if row["setting"].startswith(("label-clusters", "domains"))]
-    plain = [r["contrast"] for row in data["rows"] if not row["groups"] for r in row["seeds"]]
+               if row["structure"] == "groups"]
+    plain = [r["contrast"] for row in data["rows"] if row["structure"] == "none"
+             for r in row["seeds"]]
     known_grouped = [c for c in grouped if c is not None]
     known_plain = [c for c in plain if c is not None]
     return (
-        table(("setting", "client groups", "edges per client (seeds " +
+        table(("setting", "structure", "edges per client (seeds " +
                "/".join(str(r["seed"]) for r in data["rows"][0]["seeds"]) + ")",
                "share inside", "contrast", f"decision at {num(threshold, 1)}"), rows, "llrrrl")
         + f"\n\nWith groups of clients that share labels or a domain, the contrast is "
         f"{span(known_grouped)}; without groups (iid, Dirichlet α = 1) it is {span(known_plain)} "
         f"where the threshold links any pair ({sum(c is None for c in plain)} of {len(plain)} runs "
-        f"link none). Label skew without groups (shards, Dirichlet α = 0.1) lies between.")
+        f"link none). Label skew without groups (shards, Dirichlet α = 0.1) falls on either side.")
 
 
 @block("flt-structure-tables")
