@@ -72,8 +72,9 @@ def cost_methods(prefix: str) -> str:
             "clients; FedCG at its default teacher period); "
             f"{rows[0][4]} rounds per run" + (f" ({per_round})" if per_round else "")
             + ". Seconds per round are the mean over the run's rounds, the last including the final "
-            f"evaluation. The machine was shared with other jobs (load average {_load(data['rows'])} "
-            f"during the session, per run in {_link(EVERY, prefix)}), so the timings carry that noise.")
+            f"evaluation. The 2-core machine's load average was {_load(data['rows'])} during the "
+            f"session (the deployment's own processes included; per run in {_link(EVERY, prefix)}), "
+            "so the timings carry that noise.")
     table_ = table(("method", "s/round (mean over the run)", "ratio to fedavg",
                     "phases, rounds 1..R"),
                    [(m, num(s), num(ratio), ", ".join(map(str, phases)))
