@@ -27,6 +27,7 @@ from strategies.methods.flt.settings import (
     FLTSection,
 )
 from strategies.shared.run_config import RunConfig, default_run_config
+from strategies.methods.flt.neighbourhood import NeighbourhoodModels
 from strategies.methods.flt.server import FLT, server_held_images
 from strategies.methods.local.server import Local
 from strategies.shared.messages import CLIENT, METRICS
@@ -222,6 +223,15 @@ def test_without_client_structure_fcr_falls_back_to_the_complete_graph():
     assert graph[5].sum() == 1.0 and graph[5, 5] == 1.0  # not placed yet: self only
     place_client(checked, 5, late)
     assert (checked.aggregation_graph() == 1).all()
+    # ... and FLT's fresh-only step over it hands every client FedAvg's n-weighted mean
+    models = NeighbourhoodModels(torch.zeros(3), 18)
+    models.set_graph(checked.aggregation_graph())
+    trained = torch.randn(18, 3)
+    sizes = torch.arange(1, 19, dtype=torch.float32)
+    sampled = [1, 4, 9, 16]
+    models.aggregate_fresh(trained, sampled, sizes)
+    mean = (trained[sampled] * sizes[sampled, None]).sum(0) / sizes[sampled].sum()
+    torch.testing.assert_close(models.rows(), mean.expand(18, 3))
     edgeless = form_client_relatedness(noisy, 18, gamma=1.0, relative_gamma=0.05, min_contrast=0.8)
     assert edgeless.adjacency.sum() == 18 and edgeless.contrast is None and edgeless.complete
 
@@ -263,6 +273,8 @@ def test_flt_discovers_the_clusters_and_beats_fedavg_without_labels_leaving_clie
     # FCR recovered the 5 label clusters (ARI of Ward with C = 5; all of Ã's edges inside clusters)
     report = flt["flt"]
     assert report["ari"] >= 0.9 and report["edges-inside-true-clusters"] >= 0.95
+    # its edges are far closer in the latent space than other pairs: the structure check keeps Ã
+    assert report["structure-contrast"] < FLTSection().min_contrast and not report["complete-graph"]
     assert report["clients-placed"] == 30 and report["uplink-floats-per-client"] == 2 * 128
     assert {"umap", "distance", "threshold", "server-total"} <= set(report["fcr-seconds"])
     # ... and the personalized models are far better than FedAvg's one model
