@@ -57,6 +57,10 @@ SETTINGS: list[tuple[str, dict[str, Any], str]] = [
     ("label-clusters 3×3, 30 clients", {**SUITE, "num-clients": 30, "partition": "label-clusters",
                                          "num-clusters": 3, "labels-per-cluster": 3}, "groups"),
     ("domains, 4 rotations, 20 clients", {**SUITE, "partition": "domains"}, "groups"),
+    ("domains, 2 rotations (0°, 180°), 20 clients", {**SUITE, "partition": "domains",
+                                                    "domain-rotations": "0,180"}, "groups"),
+    ("label-clusters 10×1, 50 clients", {**TABLES, "partition": "label-clusters", "num-clusters": 10,
+                                          "labels-per-cluster": 1}, "groups"),
     ("domains, 4 rotations, 40 clients", {**SUITE, "num-clients": 40, "partition": "domains"}, "groups"),
 ]
 
