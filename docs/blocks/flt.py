@@ -271,31 +271,40 @@ def structure(prefix: str) -> str:
         + f"\n\nWith groups of clients that share labels or a domain, the contrast is "
         f"{span(known_grouped)}; without groups (iid, Dirichlet α = 1) it is {span(known_plain)} "
         f"where the threshold links any pair ({sum(c is None for c in plain)} of {len(plain)} runs "
-        f"link none). Label skew without groups (shards, Dirichlet α = 0.1) falls on either side.")
+        f"link none).")
+
+
+# (title, the run with flt.no-structure=keep, the run with the default, the default with the
+# safeguard off or None), all with the safeguard unless named
+STRUCTURE_TABLES = (
+    *((f"{title}, 50 clients, ρ = 0.2, 50 rounds", f"method-safeguard/flt-{name}-m50-safeguard",
+       f"method-safeguard/flt-{name}-m50-structure",
+       f"method-safeguard/flt-{name}-m50-structure-safeguard-off" if name != "label-clusters" else None)
+      for name, title in STRUCTURE_RUNS),
+    ("domains 0° / 180°, 20 clients, ρ = 0.2, 20 rounds", "flt-domains2-rho0.2-keep",
+     "flt-domains2-rho0.2", None),
+)
 
 
 @block("flt-structure-tables")
 def structure_tables(prefix: str) -> str:
-    """FLT's 50-client tables with the safeguard, the thresholded graph against the check, and the
-    check with the safeguard off where the runs exist (what the safeguard costs there)."""
-    from docs.blocks.data import RESULTS
-
+    """FLT's tables with the safeguard: the thresholded graph against the check, the check with
+    the safeguard off where measured, and the best of FedAvg, FedAvg+FT and Local in the run."""
     rows = []
-    for name, title in STRUCTURE_RUNS:
-        kept = compare(f"method-safeguard/flt-{name}-m50-safeguard")
-        checked = compare(f"method-safeguard/flt-{name}-m50-structure")
-        off_name = f"method-safeguard/flt-{name}-m50-structure-safeguard-off"
-        off = compare(off_name) if (RESULTS / f"{off_name}.json").is_file() else None
+    for title, keep_name, default_name, off_name in STRUCTURE_TABLES:
+        kept, checked = compare(keep_name), compare(default_name)
+        off = compare(off_name) if off_name else None
         report = checked.get("flt", "flt")
-        base = {"fedavg": checked.pers("fedavg"),
-                "fedavg+FT": (checked.final("fedavg", "finetuned") or {}).get("mean")}
-        best = max((k for k in base if base[k] is not None), key=base.get)
+        base = {m: checked.pers(m) for m in ("fedavg", "local") if m in checked.methods}
+        tuned = (checked.final("fedavg", "finetuned") or {}).get("mean")
+        if tuned is not None:
+            base["fedavg+FT"] = tuned
+        best = max(base, key=base.get)
         contrast = report.get("structure-contrast")
         rows.append((title, num(kept.pers("flt")), num(checked.pers("flt")),
                      "—" if off is None else num(off.pers("flt")),
                      "—" if contrast is None else num(contrast),
                      "complete" if report.get("complete-graph") else "graph",
                      f"{best} {num(base[best])}", signed(checked.pers("flt") - base[best])))
-    return table(("50 clients, ρ = 0.2, 50 rounds", "flt.no-structure=keep", "complete (default)",
-                  "complete, safeguard off", "contrast", "graph used", "best baseline",
-                  "Δ (default)"), rows, "lrrrrllr")
+    return table(("run", "flt.no-structure=keep", "complete (default)", "complete, safeguard off",
+                  "contrast", "graph used", "best baseline", "Δ (default)"), rows, "lrrrrllr")
