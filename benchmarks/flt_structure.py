@@ -35,9 +35,9 @@ from benchmarks.common import (
     provenance,
     set_threads,
 )
+from benchmarks.suite import data_budget
 
-SUITE = {"dataset": "mnist", "num-clients": 20, "model": "mlp", "max-samples-per-client": 300,
-         "local-epochs": 1, "batch-size": 32, "lr": 0.05}  # the robustness suite's budget
+SUITE = data_budget()  # the robustness suite's clients and training
 TABLES = {"dataset": "mnist", "num-clients": 50, "model": "mlp", "max-samples-per-client": 300,
           "local-epochs": 2, "batch-size": 10, "lr": 0.01, "momentum": 0.5}  # FLT's method tables
 CLUSTERS = {"partition": "label-clusters", "num-clusters": 5, "labels-per-cluster": 2}

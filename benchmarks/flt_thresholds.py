@@ -34,9 +34,9 @@ from benchmarks.common import (
     provenance,
     set_threads,
 )
+from benchmarks.suite import data_budget
 
-SUITE = {"dataset": "mnist", "num-clients": 20, "model": "mlp", "max-samples-per-client": 300,
-         "local-epochs": 1, "batch-size": 32, "lr": 0.05}  # the robustness suite's budget
+SUITE = data_budget()  # the robustness suite's clients and training
 SETTINGS: dict[str, dict[str, Any]] = {
     "shards (20 clients)": {**SUITE, "partition": "shards", "shards-per-client": 2},
     "dirichlet α=0.1 (20)": {**SUITE, "partition": "dirichlet", "dirichlet-alpha": 0.1},

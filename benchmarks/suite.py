@@ -65,6 +65,16 @@ COMMON: dict[str, Any] = {
     "max-samples-per-client": 300, "local-epochs": 1, "batch-size": 32, "lr": 0.05,
     "finetune-epochs": 1, "checkpoint-every": 0,
 }
+BUDGET_KEYS = ("dataset", "num-clients", "model", "max-samples-per-client", "local-epochs", "batch-size",
+               "lr")
+
+
+def data_budget() -> dict[str, Any]:
+    """The suite's clients, model and local training (COMMON without its run length, fine-tuning
+    and checkpoints), for benchmarks that run their own rounds on the suite's data."""
+    return {key: COMMON[key] for key in BUDGET_KEYS}
+
+
 # per-round keys of rounds.jsonl that hold a learned graph's share inside the true structure
 SHARE_KEYS = {"sfl-star": "sfl-learned-share-", "fedska": "fedska-share-"}
 

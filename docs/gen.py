@@ -57,6 +57,7 @@ RENDERERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("fedcg-discovery", "fedcg_discovery", ("rows",)),
     ("aggregation-floor", "aggregation_floor", ("rows",)),
     ("flt-thresholds", "flt_thresholds", ("rows",)),
+    ("flt-structure", "flt_structure", ("rows",)),
     ("flt-scale", "flt_scale", ("fcr", "aggregation")),
     ("sfl-scale", "sfl_scale", ("rows",)),
 )

@@ -66,6 +66,20 @@ def test_matching_distance_equals_brute_force_permutation_minimum(seed):
     np.testing.assert_allclose(block, expected[:3], rtol=1e-12, atol=1e-12)
 
 
+def test_matching_distance_in_the_latent_space_takes_the_gram_form_and_agrees():
+    """From GRAM_FROM_DIM dimensions on (FLT's latent centroids, e = 128) the squared distances come
+    from one matrix product: the same distances as the brute-force minimum, to float64 rounding."""
+    from strategies.methods.flt.set_distance import GRAM_FROM_DIM
+
+    rng = np.random.default_rng(4)
+    points, sizes, sets = _random_sets(rng, 20, max_k=3, dim=128)
+    assert points.shape[1] >= GRAM_FROM_DIM
+    got = set_distances(points, sizes, points, sizes, "matching")
+    expected = np.array([[_brute_matching(a, b) for b in sets] for a in sets])
+    np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-6)
+    assert np.all(got >= 0.0)
+
+
 def test_matching_distance_for_k_beyond_enumeration_uses_assignment():
     rng = np.random.default_rng(5)
     a, b = rng.normal(size=(7, 2)), rng.normal(size=(8, 2))  # 8P7 = 40320 maps: Hungarian per pair

@@ -6,6 +6,7 @@ from __future__ import annotations
 from docs.blocks import block
 from docs.blocks.data import (MISSING, NOT_RECORDED, compare, expect_setting, joined, num, pct, raw,
                               signed, span, suite, table, times)
+from strategies.methods.flt.settings import FLTSection
 
 DIAG = "suite/diagnosis"
 SETTINGS = ("shards", "label-clusters", "domains", "dirichlet")
@@ -62,7 +63,8 @@ def defaults(prefix: str) -> str:
          f"with no sampled neighbour at the initial model: label-clusters "
          f"{num(old_graph.value('label-clusters', 0.2, 'flt'))}, worst 5 % "
          f"{num(old_graph.value('label-clusters', 0.2, 'flt', 'worst'))}"),
-        ("`flt.no-structure`, `flt.min-contrast`", "`complete`, 0.3",
+        ("`flt.no-structure`, `flt.min-contrast`",
+         f"`{FLTSection().no_structure}`, {FLTSection().min_contrast:g}",
          "`keep` (the thresholded graph, whatever it links)", _structure_measurement()),
     ]
     return table(("key", "default", "paper / reference", "measurement"), rows, align="llll")
@@ -75,13 +77,9 @@ def _structure_measurement() -> str:
         checked = compare(f"method-safeguard/flt-{name}-m50-structure")
         parts.append(f"{title} {num(checked.pers('flt'))} (keep: {num(kept.pers('flt'))}; FedAvg "
                      f"{num(checked.pers('fedavg'))})")
-    data = raw("flt-structure")
-    grouped = [r["contrast"] for row in data["rows"] for r in row["seeds"]
-               if row["structure"] == "groups"]
-    plain = [r["contrast"] for row in data["rows"] for r in row["seeds"]
-             if row["structure"] == "none" and r["contrast"] is not None]
     return (f"contrast with client groups (label-clusters, domains; 20–50 clients, 3 seeds) "
-            f"{span(grouped)}, without (iid, Dirichlet α = 1) {span(plain)}; 50 clients, ρ = 0.2, "
+            f"{span(_contrasts('groups'))}, without (iid, Dirichlet α = 1) "
+            f"{span(_contrasts('none'))}; 50 clients, ρ = 0.2, "
             "with the safeguard: " + ", ".join(parts))
 
 
@@ -243,35 +241,21 @@ def scale(prefix: str) -> str:
 STRUCTURE_RUNS = (("iid", "iid"), ("dirichlet1", "Dirichlet α = 1"), ("label-clusters", "label-clusters"))
 
 
-@block("flt-structure")
+def _contrasts(structure: str) -> list[float | None]:
+    """Every contrast `benchmarks.flt_structure` measured on settings of one structure kind (None:
+    the threshold linked no pair)."""
+    return [r["contrast"] for row in raw("flt-structure")["rows"] for r in row["seeds"]
+            if row["structure"] == structure]
+
+
+@block("flt-structure-reading")
 def structure(prefix: str) -> str:
-    """The contrast of the thresholded graph per partition, client count and seed."""
-    data = raw("flt-structure")
-    threshold = data["min-contrast"]
-    rows = []
-    for row in data["rows"]:
-        contrasts = [r["contrast"] for r in row["seeds"]]
-        shares = [r["share-inside"] for r in row["seeds"]]
-        rows.append((row["setting"], row["structure"],
-                     joined(num(r["edges-per-client"], 1) for r in row["seeds"]),
-                     joined("—" if s is None else num(s) for s in shares),
-                     joined("—" if c is None else num(c) for c in contrasts),
-                     joined("graph" if c is not None and c < threshold else "complete"
-                            for c in contrasts)))
-    grouped = [r["contrast"] for row in data["rows"] for r in row["seeds"]
-               if row["structure"] == "groups"]
-    plain = [r["contrast"] for row in data["rows"] if row["structure"] == "none"
-             for r in row["seeds"]]
-    known_grouped = [c for c in grouped if c is not None]
-    known_plain = [c for c in plain if c is not None]
-    return (
-        table(("setting", "structure", "edges per client (seeds " +
-               "/".join(str(r["seed"]) for r in data["rows"][0]["seeds"]) + ")",
-               "share inside", "contrast", f"decision at {num(threshold, 1)}"), rows, "llrrrl")
-        + f"\n\nWith groups of clients that share labels or a domain, the contrast is "
-        f"{span(known_grouped)}; without groups (iid, Dirichlet α = 1) it is {span(known_plain)} "
-        f"where the threshold links any pair ({sum(c is None for c in plain)} of {len(plain)} runs "
-        f"link none).")
+    """The contrast ranges of the structure benchmark, with and without client groups."""
+    plain = _contrasts("none")
+    return (f"With groups of clients that share labels or a domain, the contrast is "
+            f"{span(_contrasts('groups'))}; without groups (iid, Dirichlet α = 1) it is "
+            f"{span(plain)} where the threshold links any pair "
+            f"({sum(c is None for c in plain)} of {len(plain)} runs link none).")
 
 
 # (title, the run with flt.no-structure=keep, the run with the default, the default with the

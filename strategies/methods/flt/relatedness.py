@@ -253,9 +253,9 @@ def form_client_relatedness(
     sizes = np.array([len(centroids[c]) for c in clients], dtype=np.int64)
     seconds: dict[str, float] = {}
 
+    latent = np.concatenate([centroids[c] for c in clients])  # [Σk, e], client after client
     started = time.perf_counter()
-    embedding, reducer = umap_embed(np.concatenate([centroids[c] for c in clients]),
-                                    seed=UMAP_SEED, max_neighbors=umap_neighbors)
+    embedding, reducer = umap_embed(latent, seed=UMAP_SEED, max_neighbors=umap_neighbors)
     seconds["umap"] = time.perf_counter() - started
     offsets = np.concatenate([[0], np.cumsum(sizes)])
     points = {c: embedding[offsets[i]:offsets[i + 1]] for i, c in enumerate(clients)}
@@ -273,7 +273,6 @@ def form_client_relatedness(
     seconds["threshold"] = time.perf_counter() - started
 
     started = time.perf_counter()
-    latent = np.concatenate([centroids[c] for c in clients])
     contrast = structure_contrast(set_distances(latent, sizes, latent, sizes, distance),
                                   adjacency[np.ix_(clients, clients)])
     complete = min_contrast is not None and (contrast is None or contrast >= min_contrast) \

@@ -281,12 +281,9 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
         return report
 
     def client_graph(self) -> np.ndarray | None:
-        """The relatedness graph (None until the one-shot relatedness has been formed); the complete
-        graph the models are averaged over when no structure was found."""
-        rel = self.relatedness
-        if rel is None:
-            return None
-        return rel.aggregation_graph() if rel.complete else rel.adjacency
+        """The graph the models are averaged over (`Relatedness.aggregation_graph`: Ã, its clusters,
+        or the complete graph when no structure was found); None until FCR has run."""
+        return None if self.relatedness is None else self.relatedness.aggregation_graph()
 
     def report(self, directory: Path, truth: Partition | None) -> dict[str, Any]:
         """Ã → graph.npy/.png, A → distance.npy/.png (clients grouped by discovered cluster), the
