@@ -12,6 +12,12 @@ client's own. With the safeguard on (run config `safeguard = "mix"`; the instruc
    `safeguard-grid` points in [0, 1] (for each received model) on the held-out slice, and takes the
    best (accuracy, then loss; ties go to the larger a, toward the method's model). Training starts
    from that mix; evaluation tests it.
+4. where the instructions carry `safeguard-margin` (FLT sends it while its structure check has found
+   no groups and the model it hands out is the federation's consensus, FedAvg's model), a mix is
+   taken over the received model only if its per-sample gains over it on the slice are that many
+   standard errors above zero (McNemar's statistic (b − c) / √(b + c); regression: Σ gain /
+   √Σ gain²). A slice of a few dozen samples cannot tell apart models within a few points: without
+   the margin, clients of a federation without structure took their own model on noise.
 
 Before a client has trained once, or with the safeguard off, it uses the received model unchanged:
 the paper's behaviour. The choice is computed once per received model: the evaluation that a fused
@@ -30,6 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from flwr.app import ArrayRecord, ConfigRecord, Context
 
 from client_app.runtime import ClientRuntime, model_record
@@ -145,46 +152,98 @@ def choose(rt: ClientRuntime, context: Context, ins,
     return ArrayRecord(mixed), choice
 
 
+def _per_sample(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
+                batch_size: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Per-sample (task loss, correct top-1 as 0/1; None for regression) of `model` on (x, y)."""
+    model.eval()
+    losses, hits = [], []
+    step = max(batch_size, 256)
+    with torch.no_grad():
+        for start in range(0, len(y), step):
+            output, target = model(x[start : start + step]), y[start : start + step]
+            if target.is_floating_point():
+                valid = ~torch.isnan(target)
+                error = torch.where(valid, (output - torch.nan_to_num(target)).abs(), 0.0)
+                losses.append(error.flatten(1).sum(1) / valid.flatten(1).sum(1).clamp(min=1))
+            else:
+                losses.append(F.cross_entropy(output, target, reduction="none"))
+                hits.append((output.argmax(dim=1) == target).float())
+    loss = torch.cat(losses).double()
+    return loss, (torch.cat(hits).double() if hits else None)
+
+
+def _summary(result: tuple[torch.Tensor, torch.Tensor | None]) -> list[float]:
+    """A per-sample result's score, larger is better: [accuracy, −loss] (regression: [−loss])."""
+    loss, hits = result
+    return [-float(loss.mean())] if hits is None else [float(hits.mean()), -float(loss.mean())]
+
+
+def _gain(candidate: tuple[torch.Tensor, torch.Tensor | None],
+          reference: tuple[torch.Tensor, torch.Tensor | None]) -> torch.Tensor:
+    """Per-sample gain of `candidate` over `reference` on the held-out slice: +1 / −1 where only
+    one of them is right (classification), the error reduction (regression)."""
+    loss, hits = candidate
+    ref_loss, ref_hits = reference
+    return hits - ref_hits if hits is not None else ref_loss - loss
+
+
+def clearly_better(total: float, squares: float, margin: float) -> bool:
+    """Whether gains summing to `total`, with squares summing to `squares`, are more than `margin`
+    standard errors above zero: total > margin·√squares (McNemar's statistic (b − c) / √(b + c)
+    for ±1 gains)."""
+    return total > 0.0 and total > margin * math.sqrt(squares)
+
+
 def _search(rt: ClientRuntime, context: Context, ins, own: ArrayRecord,
             received: Mapping[str, ArrayRecord]) -> Choice:
-    """Test the mixes on the held-out slice; the best by (accuracy, −loss; regression: −loss), ties
-    to larger weights and to the earlier received model. Scores are cached in `context.state` per
-    received model (by digest) until the own model changes, so a model received twice (a fused
-    evaluation, then training) is tested once."""
+    """Per received model, test the mixes on the held-out slice and take the best by (accuracy,
+    −loss; regression: −loss), ties to larger weights; a mix other than the received model itself
+    is taken only if its per-sample gains over it are `safeguard-margin` standard errors above zero
+    (`clearly_better`; no margin in the instructions: any gain). Across received models the best decision wins, ties to the earlier one. Decisions are
+    cached in `context.state` per received model (by digest) until the own model or the margin
+    changes, so a model received twice (a fused evaluation, then training) is tested once."""
     key = CHOICE.format(rt.client_id)
     version = context.state.config_records.get(key + ".version")
     version = int(version["n"]) if version is not None else 0
+    margin = float(getattr(ins, "safeguard_margin", None) or 0.0)
     cache = context.state.config_records.get(key)
-    scores = dict(cache) if cache is not None and int(cache["version"]) == version else {}
-    scores["version"] = version
+    valid = cache is not None and int(cache["version"]) == version and float(cache["margin"]) == margin
+    scores = dict(cache) if valid else {}
+    scores["version"], scores["margin"] = version, margin
     x, y = rt.tensors("train")
     _, held = holdout_index(len(y), ins.safeguard_holdout, ins.seed, rt.client_id)
     held = held.to(x.device)
     xv, yv = x[held], y[held]
     own_state = own.to_torch_state_dict()
     model = rt.model(own)
+    own_result = []  # the own model's per-sample result, computed at most once per call
 
-    def score(state: Mapping[str, torch.Tensor]) -> list[float]:
+    def test(state: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
         model.load_state_dict(state)
-        result = evaluate(model, xv, yv, ins.batch_size)
-        return [-result.loss] if y.is_floating_point() else [result.accuracy, -result.loss]
+        return _per_sample(model, xv, yv, ins.batch_size)
 
-    if "own" not in scores:
-        scores["own"] = score(own_state)
-    best, best_key = Choice(next(iter(received)), 0.0), (*scores["own"], 0.0)
+    best, best_key = None, None
     for name, record in received.items():
         digest = _digest(record)
-        if digest not in scores:  # [a, score...] of the best weight for this model
+        if digest not in scores:  # [a, score...] of the decision for this model
             other = record.to_torch_state_dict()
-            top = None
-            for a in grid(ins.safeguard_grid)[1:]:
-                candidate = (*score(mix(own_state, other, a)), a)
-                if top is None or candidate > top:
-                    top = candidate
-            scores[digest] = [top[-1], *top[:-1]]
+            tested = {}
+            for a in reversed(grid(ins.safeguard_grid)):  # a = 1 (the received model) first
+                if a == 0.0:
+                    if not own_result:
+                        own_result.append(test(own_state))
+                    tested[a] = own_result[0]
+                else:
+                    tested[a] = test(mix(own_state, other, a) if a < 1.0 else other)
+            top = max(tested, key=lambda a: (*_summary(tested[a]), a))  # ties to larger a
+            if margin > 0.0 and top < 1.0:
+                gain = _gain(tested[top], tested[1.0])
+                if not clearly_better(float(gain.sum()), float((gain**2).sum()), margin):
+                    top = 1.0
+            scores[digest] = [top, *_summary(tested[top])]
         a, *value = scores[digest]
         candidate = (*value, a)
-        if candidate > best_key:  # strict: an equal key keeps the earlier model
+        if best_key is None or candidate > best_key:  # strict: an equal key keeps the earlier model
             best, best_key = Choice(name, float(a)), candidate
     context.state[key] = ConfigRecord(scores)
     return best

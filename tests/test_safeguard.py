@@ -137,6 +137,29 @@ def test_a_useless_received_model_is_replaced_by_the_own_model(node):
     assert guarded.accuracy == own_alone.accuracy
 
 
+def test_clearly_better_is_a_sign_test_in_standard_errors():
+    assert safeguard.clearly_better(3.0, 3.0, 1.0)  # right on 3 more, wrong on none: 3 > 1·√3
+    assert not safeguard.clearly_better(3.0, 3.0, 2.0)  # 3 < 2·√3
+    assert not safeguard.clearly_better(1.0, 5.0, 1.0)  # +3 −2: a net 1 over 5 disagreements
+    assert safeguard.clearly_better(1.0, 5.0, 0.0)  # margin 0: any gain
+    assert not safeguard.clearly_better(0.0, 0.0, 0.0)  # no gain is no gain
+
+
+def test_the_margin_keeps_the_received_model_unless_a_mix_is_clearly_better(node):
+    cfg, context = node
+    for round_ in range(1, 6):
+        start = safeguard.own_model(context, 0) or _model(cfg, 1)
+        _train(context, start, server_round=round_, **GUARD)
+    own = safeguard.own_model(context, 0).to_torch_state_dict()
+    useless = {k: torch.zeros_like(v) for k, v in own.items()}
+    useless[[k for k in useless if k.endswith("bias")][-1]][9] = 100.0  # says 9, a label not held
+    clear = _evaluate(context, ArrayRecord(useless), **GUARD, safeguard_margin=1.0)
+    assert clear.safeguard_own == 1.0 and clear.accuracy > 0.3  # far better on the slice: taken
+    held = _held(context)
+    strict = _evaluate(context, ArrayRecord(useless), **GUARD, safeguard_margin=float(held))
+    assert strict.safeguard_own == 0.0 and strict.accuracy == 0.0  # b − c ≤ held < held·√(b + c)
+
+
 def test_a_better_received_model_is_taken_whole(node):
     cfg, context = node
     _train(context, _model(cfg, 1), **GUARD)  # one short epoch from a random start: a weak own model
@@ -158,12 +181,13 @@ def test_a_received_model_is_scored_once_per_own_model(node, monkeypatch):
     cfg, context = node
     _train(context, _model(cfg, 1), **GUARD)
     calls = []
-    original = safeguard.evaluate
-    monkeypatch.setattr(safeguard, "evaluate", lambda m, x, *a, **k: calls.append(len(x)) or original(m, x, *a, **k))
+    original = safeguard._per_sample
+    monkeypatch.setattr(safeguard, "_per_sample",
+                        lambda m, x, *a, **k: calls.append(len(x)) or original(m, x, *a, **k))
     received = _model(cfg, 3)
     _evaluate(context, received, server_round=1, **GUARD)
     first = list(calls)
-    assert first == [_held(context)] * 5  # the own model + the 4 mixes with a > 0, on the held-out slice
+    assert first == [_held(context)] * 5  # the received model, 3 mixes and the own model, on the held-out slice
     _evaluate(context, received, server_round=1, **GUARD)
     assert calls == first  # cached
     _train(context, received, server_round=2, **GUARD)

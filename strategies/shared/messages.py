@@ -71,6 +71,8 @@ class TrainInstructions(Record):
     # split and the grid of mixing weights; absent = off (the paper's behaviour)
     safeguard_holdout: float | None = Field(None, gt=0.0, lt=1.0)
     safeguard_grid: int | None = Field(None, ge=2)
+    # the margin a mix needs over a consensus model, in standard errors; absent: any gain
+    safeguard_margin: float | None = Field(None, ge=0.0)
 
 
 class TrainReply(Record):
@@ -93,6 +95,7 @@ class EvaluateInstructions(Record):
     momentum: float = Field(ge=0.0, lt=1.0)
     safeguard_holdout: float | None = Field(None, gt=0.0, lt=1.0)  # as in TrainInstructions
     safeguard_grid: int | None = Field(None, ge=2)
+    safeguard_margin: float | None = Field(None, ge=0.0)
 
 
 class EvaluateReply(Record):
