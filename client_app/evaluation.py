@@ -70,6 +70,9 @@ def evaluate(message: Message, context: Context) -> Message:
         used = test_model(model, x_test, y_test, ins.batch_size, scale)
         if safeguard.enabled(ins):
             fields["safeguard_own"] = choice.own_weight
+            if choice.gains:
+                fields["safeguard_gains"] = list(choice.gains)
+                fields["safeguard_squares"] = list(choice.squares)
             if ins.finetune_epochs > 0:  # the used model + local epochs, as global + local epochs
                 x, y = safeguard.training_tensors(rt, ins)
                 train_epochs(

@@ -40,7 +40,8 @@ import torch.nn.functional as F
 from flwr.app import ArrayRecord, ConfigRecord, Context
 
 from client_app.runtime import ClientRuntime, model_record
-from client_app.training import evaluate, seeded_generator
+from client_app.training import seeded_generator
+from strategies.shared.evidence import clearly_better, grid
 
 _HOLDOUT_STREAM = 13  # seeded_generator purpose id of the held-out permutation
 OWN = "safeguard.own.{}"  # context.state: the client's own (last trained) model
@@ -54,6 +55,10 @@ class Choice:
 
     source: str
     weight: float
+    # with a margin: per weight a < 1 of the grid (ascending), the summed per-sample gains of the
+    # mix over the received model on the held-out slice, and their squares (`evidence`)
+    gains: tuple[float, ...] = ()
+    squares: tuple[float, ...] = ()
 
     @property
     def own_weight(self) -> float:
@@ -131,11 +136,6 @@ def mix(own: Mapping[str, torch.Tensor], other: Mapping[str, torch.Tensor],
     return out
 
 
-def grid(points: int) -> list[float]:
-    """The weights a of the received model: `points` evenly spaced in [0, 1]."""
-    return [i / (points - 1) for i in range(points)]
-
-
 def choose(rt: ClientRuntime, context: Context, ins,
            received: Mapping[str, ArrayRecord]) -> tuple[ArrayRecord, Choice]:
     """The model a client starts from / uses: the first of `received` (the method's model) with the
@@ -187,11 +187,11 @@ def _gain(candidate: tuple[torch.Tensor, torch.Tensor | None],
     return hits - ref_hits if hits is not None else ref_loss - loss
 
 
-def clearly_better(total: float, squares: float, margin: float) -> bool:
-    """Whether gains summing to `total`, with squares summing to `squares`, are more than `margin`
-    standard errors above zero: total > margin·√squares (McNemar's statistic (b − c) / √(b + c)
-    for ±1 gains)."""
-    return total > 0.0 and total > margin * math.sqrt(squares)
+def _on_grid(weight: float | None, points: int) -> float:
+    """The grid point nearest `weight` (None: 1, the received model itself)."""
+    if weight is None:
+        return 1.0
+    return min(grid(points), key=lambda a: (abs(a - weight), -a))
 
 
 def _search(rt: ClientRuntime, context: Context, ins, own: ArrayRecord,
@@ -199,17 +199,22 @@ def _search(rt: ClientRuntime, context: Context, ins, own: ArrayRecord,
     """Per received model, test the mixes on the held-out slice and take the best by (accuracy,
     −loss; regression: −loss), ties to larger weights; a mix other than the received model itself
     is taken only if its per-sample gains over it are `safeguard-margin` standard errors above zero
-    (`clearly_better`; no margin in the instructions: any gain). Across received models the best decision wins, ties to the earlier one. Decisions are
-    cached in `context.state` per received model (by digest) until the own model or the margin
-    changes, so a model received twice (a fused evaluation, then training) is tested once."""
+    (`clearly_better`; no margin in the instructions: any gain). With a margin, the reference is the
+    federation's weight `safeguard-weight` where the instructions carry one (else a = 1), and the
+    choice records the gains of every mix over a = 1 for the server to pool. Across received models
+    the best decision wins, ties to the earlier one. Decisions are cached in `context.state` per
+    received model (by digest) until the own model or the instructions' margin or weight change, so
+    a model received twice (a fused evaluation, then training) is tested once."""
     key = CHOICE.format(rt.client_id)
     version = context.state.config_records.get(key + ".version")
     version = int(version["n"]) if version is not None else 0
     margin = float(getattr(ins, "safeguard_margin", None) or 0.0)
+    reference = _on_grid(getattr(ins, "safeguard_weight", None), ins.safeguard_grid)
     cache = context.state.config_records.get(key)
-    valid = cache is not None and int(cache["version"]) == version and float(cache["margin"]) == margin
+    valid = (cache is not None and int(cache["version"]) == version
+             and float(cache["margin"]) == margin and float(cache["weight"]) == reference)
     scores = dict(cache) if valid else {}
-    scores["version"], scores["margin"] = version, margin
+    scores["version"], scores["margin"], scores["weight"] = version, margin, reference
     x, y = rt.tensors("train")
     _, held = holdout_index(len(y), ins.safeguard_holdout, ins.seed, rt.client_id)
     held = held.to(x.device)
@@ -236,14 +241,20 @@ def _search(rt: ClientRuntime, context: Context, ins, own: ArrayRecord,
                 else:
                     tested[a] = test(mix(own_state, other, a) if a < 1.0 else other)
             top = max(tested, key=lambda a: (*_summary(tested[a]), a))  # ties to larger a
-            if margin > 0.0 and top < 1.0:
-                gain = _gain(tested[top], tested[1.0])
-                if not clearly_better(float(gain.sum()), float((gain**2).sum()), margin):
-                    top = 1.0
+            if margin > 0.0:
+                gains = [_gain(tested[a], tested[1.0]) for a in grid(ins.safeguard_grid)[:-1]]
+                scores[digest + ".gains"] = [float(g.sum()) for g in gains]
+                scores[digest + ".squares"] = [float((g**2).sum()) for g in gains]
+                gain = _gain(tested[top], tested[reference])
+                if top != reference and not clearly_better(float(gain.sum()),
+                                                           float((gain**2).sum()), margin):
+                    top = reference
             scores[digest] = [top, *_summary(tested[top])]
         a, *value = scores[digest]
         candidate = (*value, a)
         if best_key is None or candidate > best_key:  # strict: an equal key keeps the earlier model
-            best, best_key = Choice(name, float(a)), candidate
+            best = Choice(name, float(a), tuple(scores.get(digest + ".gains", ())),
+                          tuple(scores.get(digest + ".squares", ())))
+            best_key = candidate
     context.state[key] = ConfigRecord(scores)
     return best

@@ -36,6 +36,7 @@ from server_app.checkpoint import CheckpointStore
 from server_app.metrics import accuracy_summary, regression_summary
 from server_app.reporting import RunRecorder
 from server_app.clients import ClientGrid, TrainClients
+from strategies.shared.evidence import federation_weight, grid
 from strategies.shared.provenance import code_fingerprint
 from strategies.shared.registry import METHODS
 from strategies.shared.run_config import RunConfig
@@ -108,6 +109,9 @@ class FederationRunner:
                  callbacks: Sequence[RunCallback] = ()):
         self.cfg = cfg
         self.strategy = strategy
+        # the federation's safeguard weight, pooled from the last evaluation's reported gains (None:
+        # no client reported any; strategies/shared/evidence.py)
+        self.safeguard_weight: float | None = None
         self.recorder = recorder
         self.clients = ClientGrid(grid, cfg.num_clients, code_fingerprint(),
                                   ReplyValidator(cfg.max_update_norm, known_record_names(),
@@ -193,12 +197,16 @@ class FederationRunner:
         )
 
     def safeguard_fields(self) -> dict[str, Any]:
-        """`safeguard-holdout` / `safeguard-grid` for a method whose clients honour the safeguard
+        """`safeguard-holdout` / `safeguard-grid` (and the federation's pooled `safeguard-weight` once
+        clients reported their gains) for a method whose clients honour the safeguard
         (`Method.safeguard`) when the run config turns it on; nothing otherwise."""
         cfg = self.cfg
         if cfg.safeguard == "off" or not METHODS[cfg.method].safeguard:
             return {}
-        return {"safeguard_holdout": cfg.safeguard_holdout, "safeguard_grid": cfg.safeguard_grid}
+        fields = {"safeguard_holdout": cfg.safeguard_holdout, "safeguard_grid": cfg.safeguard_grid}
+        if self.safeguard_weight is not None:
+            fields["safeguard_weight"] = self.safeguard_weight
+        return fields
 
     def evaluate_config(self, server_round: int) -> EvaluateInstructions:
         cfg = self.cfg
@@ -265,7 +273,22 @@ class FederationRunner:
         if own:  # the safeguard's choices: mean weight of the clients' own models, and how many mixed
             result["safeguard-own"] = float(np.mean(own))
             result["safeguard-mixed"] = sum(0.0 < w for w in own)
+        if self.pool_safeguard(rows):
+            result["safeguard-weight"] = self.safeguard_weight
         return result
+
+    def pool_safeguard(self, rows: list[EvaluateReply]) -> bool:
+        """Pool the held-out gains that clients reported (with a margin, client_app/safeguard.py)
+        into the federation's weight for the next instructions; False when none reported any."""
+        size = self.cfg.safeguard_grid - 1
+        reports = [(r.safeguard_gains, r.safeguard_squares) for r in rows
+                   if r.safeguard_gains is not None and r.safeguard_squares is not None
+                   and len(r.safeguard_gains) == len(r.safeguard_squares) == size]
+        if not reports:
+            return False
+        self.safeguard_weight = federation_weight(reports, grid(self.cfg.safeguard_grid)[:-1],
+                                                  self.cfg.safeguard_margin)
+        return True
 
     def train_phase(self, server_round: int, arrays: ArrayRecord, pending: dict[str, Any] | None
                     ) -> tuple[list[Message], Replies]:

@@ -160,6 +160,51 @@ def test_the_margin_keeps_the_received_model_unless_a_mix_is_clearly_better(node
     assert strict.safeguard_own == 0.0 and strict.accuracy == 0.0  # b − c ≤ held < held·√(b + c)
 
 
+def test_the_federation_weight_pools_what_no_single_client_can_show():
+    from strategies.shared.evidence import federation_weight
+
+    weights = safeguard.grid(5)[:-1]  # 0, 0.25, 0.5, 0.75
+    one = ([1.0, 2.0, 2.0, 1.0], [9.0, 4.0, 4.0, 3.0])  # a = 0.25, 0.5: +2 in 4 discordant samples
+    assert federation_weight([one], weights, 1.5) == 1.0  # one client: 2 < 1.5·√4
+    assert federation_weight([one] * 4, weights, 1.5) == 0.25  # 8 > 1.5·√16; ties to the first
+    worse = ([-3.0, -2.0, -1.0, 0.0], [3.0, 2.0, 1.0, 0.0])
+    assert federation_weight([worse] * 10, weights, 1.0) == 1.0  # no mix helps: the received model
+    assert federation_weight([], weights, 1.0) == 1.0
+
+
+def test_without_clear_evidence_a_client_takes_the_federation_weight_and_reports_its_gains(node):
+    cfg, context = node
+    _train(context, _model(cfg, 1), **GUARD)
+    own = safeguard.own_model(context, 0)
+    same = _evaluate(context, own, **GUARD, safeguard_margin=1.0)  # every mix is the own model
+    assert same.safeguard_own == 0.0  # no weight from the federation: the received model
+    assert same.safeguard_gains == [0.0] * 4 and same.safeguard_squares == [0.0] * 4
+    pooled = _evaluate(context, own, **GUARD, safeguard_margin=1.0, safeguard_weight=0.5)
+    assert pooled.safeguard_own == 0.5  # nothing clearly better than the federation's mix
+    plain = _evaluate(context, own, **GUARD)
+    assert plain.safeguard_gains is None  # without a margin nothing is reported
+
+
+def test_the_runner_pools_the_reported_gains_into_the_next_instructions():
+    from server_app.runner import FederationRunner as Runner
+    from strategies.shared.messages import EvaluateReply, TrainInstructions
+
+    runner = Runner.__new__(Runner)
+    runner.cfg = RunConfig.from_flower({**default_run_config(), "method": "flt"})
+    runner.safeguard_weight = None
+    plain = EvaluateReply(num_examples=10, correct=5, loss=1.0, accuracy=0.5, safeguard_own=0.0)
+    assert not runner.pool_safeguard([plain]) and runner.safeguard_weight is None
+    gain = EvaluateReply(num_examples=10, correct=5, loss=1.0, accuracy=0.5, safeguard_own=0.0,
+                         safeguard_gains=[0.0, 1.0, 2.0, 1.0], safeguard_squares=[4.0, 3.0, 2.0, 1.0])
+    assert runner.pool_safeguard([gain] * 5)  # a = 0.5: 10 > √10
+    assert runner.safeguard_weight == 0.5
+    sent = TrainInstructions.read(runner.train_config(3).config())
+    assert sent.safeguard_weight == 0.5
+    worse = EvaluateReply(num_examples=10, correct=5, loss=1.0, accuracy=0.5, safeguard_own=0.0,
+                          safeguard_gains=[-2.0] * 4, safeguard_squares=[2.0] * 4)
+    assert runner.pool_safeguard([worse] * 5) and runner.safeguard_weight == 1.0
+
+
 def test_a_better_received_model_is_taken_whole(node):
     cfg, context = node
     _train(context, _model(cfg, 1), **GUARD)  # one short epoch from a random start: a weak own model
@@ -206,14 +251,14 @@ def test_runner_sends_the_safeguard_only_to_graph_methods():
     for method, expected in (("sfl", True), ("fedavg", False), ("local", False)):
         cfg = RunConfig.from_flower({**default_run_config(), "method": method})
         runner = Runner.__new__(Runner)
-        runner.cfg = cfg
+        runner.cfg, runner.safeguard_weight = cfg, None
         fields = runner.safeguard_fields()
         assert bool(fields) == expected
         if expected:
             assert fields == {"safeguard_holdout": 0.1, "safeguard_grid": 5}
     off = RunConfig.from_flower({**default_run_config(), "method": "sfl", "safeguard": "off"})
     runner = Runner.__new__(Runner)
-    runner.cfg = off
+    runner.cfg, runner.safeguard_weight = off, 0.5
     assert runner.safeguard_fields() == {}
 
 

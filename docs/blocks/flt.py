@@ -74,7 +74,7 @@ def _structure_measurement() -> str:
     parts = []
     for name, title in STRUCTURE_RUNS:
         kept = compare(f"method-safeguard/flt-{name}-m50-safeguard")
-        checked = compare(f"method-safeguard/flt-{name}-m50-structure")
+        checked = compare(default_run(name))
         parts.append(f"{title} {num(checked.pers('flt'))} (keep: {num(kept.pers('flt'))}; FedAvg "
                      f"{num(checked.pers('fedavg'))})")
     return (f"contrast with client groups (label-clusters, domains; 20–50 clients, 3 seeds) "
@@ -258,15 +258,26 @@ def structure(prefix: str) -> str:
             f"({sum(c is None for c in plain)} of {len(plain)} runs link none).")
 
 
-# (title, the run with flt.no-structure=keep, the run with the default, the default with the
-# safeguard off or None), all with the safeguard unless named
+# the 50-client runs without groups (the complete graph) were re-run with the safeguard margin
+MARGIN_RUNS = ("iid", "dirichlet1")
+
+
+def default_run(name: str) -> str:
+    """The 50-client run of STRUCTURE_RUNS' `name` with the shipped defaults."""
+    suffix = "margin" if name in MARGIN_RUNS else "structure"
+    return f"method-safeguard/flt-{name}-m50-{suffix}"
+
+
+# (title, the run with flt.no-structure=keep, the run with the defaults, the structure check without
+# the safeguard margin or None, with the safeguard off or None), all with the safeguard unless named
 STRUCTURE_TABLES = (
     *((f"{title}, 50 clients, ρ = 0.2, 50 rounds", f"method-safeguard/flt-{name}-m50-safeguard",
-       f"method-safeguard/flt-{name}-m50-structure",
-       f"method-safeguard/flt-{name}-m50-structure-safeguard-off" if name != "label-clusters" else None)
+       default_run(name),
+       f"method-safeguard/flt-{name}-m50-structure" if name in MARGIN_RUNS else None,
+       f"method-safeguard/flt-{name}-m50-structure-safeguard-off" if name in MARGIN_RUNS else None)
       for name, title in STRUCTURE_RUNS),
     ("domains 0° / 180°, 20 clients, ρ = 0.2, 20 rounds", "flt-domains2-rho0.2-keep",
-     "flt-domains2-rho0.2", None),
+     "flt-domains2-rho0.2", None, None),
 )
 
 
@@ -275,8 +286,9 @@ def structure_tables(prefix: str) -> str:
     """FLT's tables with the safeguard: the thresholded graph against the check, the check with
     the safeguard off where measured, and the best of FedAvg, FedAvg+FT and Local in the run."""
     rows = []
-    for title, keep_name, default_name, off_name in STRUCTURE_TABLES:
+    for title, keep_name, default_name, plain_name, off_name in STRUCTURE_TABLES:
         kept, checked = compare(keep_name), compare(default_name)
+        plain = compare(plain_name) if plain_name else None
         off = compare(off_name) if off_name else None
         report = checked.get("flt", "flt")
         base = {m: checked.pers(m) for m in ("fedavg", "local") if m in checked.methods}
@@ -285,10 +297,15 @@ def structure_tables(prefix: str) -> str:
             base["fedavg+FT"] = tuned
         best = max(base, key=base.get)
         contrast = report.get("structure-contrast")
+        flt_ft = (checked.final("flt", "finetuned") or {}).get("mean")
         rows.append((title, num(kept.pers("flt")), num(checked.pers("flt")),
+                     "—" if flt_ft is None else num(flt_ft),
+                     "—" if plain is None else num(plain.pers("flt")),
                      "—" if off is None else num(off.pers("flt")),
                      "—" if contrast is None else num(contrast),
                      "complete" if report.get("complete-graph") else "graph",
-                     f"{best} {num(base[best])}", signed(checked.pers("flt") - base[best])))
-    return table(("run", "flt.no-structure=keep", "complete (default)", "complete, safeguard off",
-                  "contrast", "graph used", "best baseline", "Δ (default)"), rows, "lrrrrllr")
+                     f"{best} {num(base[best])}", signed(checked.pers("flt") - base[best]),
+                     "—" if flt_ft is None else signed(flt_ft - base[best])))
+    return table(("run", "flt.no-structure=keep", "complete (default)", "default +FT",
+                  "complete, no margin", "complete, safeguard off", "contrast", "graph used",
+                  "best baseline", "Δ (default)", "Δ (+FT)"), rows, "lrrrrrrllrr")

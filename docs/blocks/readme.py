@@ -114,12 +114,11 @@ ROWS = (
                                  "fedska-mnist-shards-q10-k100-defaults", "sfl-mnist-shards-q10-k100-defaults",
                                  "sfl-mnist-shards-q10-k100", "fedska-mnist-shards-q10-k100")),
 )
-# (shipped defaults: the safeguard and FLT's structure check; the thresholded graph with the
-# safeguard; neither; FLT's reference absolute threshold)
-UNSTRUCTURED = ((f"{SG}flt-iid-m50-structure", f"{SG}flt-iid-m50-safeguard", "flt-iid-m50-defaults",
-                 "flt-iid-m50"),
-                (f"{SG}flt-dirichlet1-m50-structure", f"{SG}flt-dirichlet1-m50-safeguard",
-                 "flt-dirichlet1-m50-defaults", "flt-dirichlet1-m50"))
+# (shipped defaults: the safeguard with its margin and FLT's structure check; the check without the
+# margin; the thresholded graph with the safeguard; neither; FLT's reference absolute threshold)
+UNSTRUCTURED = tuple((f"{SG}flt-{name}-m50-margin", f"{SG}flt-{name}-m50-structure",
+                      f"{SG}flt-{name}-m50-safeguard", f"flt-{name}-m50-defaults", f"flt-{name}-m50")
+                     for name in ("iid", "dirichlet1"))
 STYLES = ("fedcg-styles-k1-defaults", "fedcg-styles-k2-b16")
 ROTATED = "fedcg-rotated-mnist-defaults"
 TRAFFIC = "traffic-synthetic"
@@ -169,7 +168,8 @@ def _short(name: str) -> str:
 
 
 def _unstructured(prefix: str) -> tuple[str, ...]:
-    current, kept, off, reference = ([compare(names[i]) for names in UNSTRUCTURED] for i in range(4))
+    current, plain, kept, off, reference = ([compare(names[i]) for names in UNSTRUCTURED]
+                                            for i in range(5))
     s = [c.settings for c in current]
     data = (f"no structure (`{s[0]['partition']}` / `{s[1]['partition']}` α="
             f"{s[1]['dirichlet-alpha']:g}, {s[0]['num-clients']} clients, {s[0]['num-rounds']} rounds)")
@@ -185,7 +185,8 @@ def _unstructured(prefix: str) -> tuple[str, ...]:
     complete = [bool(c.get("flt", "flt").get("complete-graph")) for c in current]
     check = ("it finds no structure and averages over every client" if all(complete) else
              f"it finds no structure on {sum(complete)} of {len(complete)}")
-    aware = (f"FLT {joined(num(c.pers('flt'), 1) for c in current)} ({check}; with "
+    aware = (f"FLT {joined(num(c.pers('flt'), 1) for c in current)} ({check}; without the "
+             f"safeguard margin: {joined(num(c.pers('flt'), 1) for c in plain)}; with "
              f"`flt.no-structure=keep`: "
              f"{joined(num(c.pers('flt'), 1) for c in kept)}; safeguard off too: "
              f"{joined(num(c.pers('flt'), 1) for c in off)}; with `flt.threshold={threshold}`: "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from docs.blocks import block
 from docs.blocks.data import num, raw, signed, table
+from docs.blocks.flt import default_run
 
 TOLERANCE = 0.5  # points below the best baseline a graph method may end
 GAIN, HEADROOM = 2.0, 4.0  # where clients share structure: + GAIN wherever the best leaves HEADROOM
@@ -70,14 +71,15 @@ def no_regret_targets(prefix: str) -> str:
 
 
 # (earlier defaults, safeguard re-run) of the committed method tables; the re-run ran the graph
-# methods (FLT's tables FedAvg too, as they had no fine-tuning before; FLT's with its structure check)
+# methods (FLT's tables FedAvg too, as they had no fine-tuning before; FLT's with its structure check and,
+# without groups, the safeguard margin)
 METHOD_TABLES = [
     *[(f"sfl-mnist-shards-q{q}-k100-defaults", f"method-safeguard/sfl-mnist-shards-q{q}-k100-safeguard",
        f"shards q={q}, 100 clients, 20 rounds") for q in (2, 5, 10)],
     *[(f"fedska-mnist-shards-q{q}-k100-defaults",
        f"method-safeguard/fedska-mnist-shards-q{q}-k100-safeguard-eg1",
        f"shards q={q}, 100 clients, 20 rounds") for q in (2, 5, 10)],
-    *[(f"flt-{name}-m50-defaults", f"method-safeguard/flt-{name}-m50-structure", title)
+    *[(f"flt-{name}-m50-defaults", default_run(name), title)
       for name, title in (("label-clusters", "label-clusters, 50 clients, 50 rounds, ρ = 0.2"),
                           ("dirichlet1", "Dirichlet α = 1, 50 clients, 50 rounds, ρ = 0.2"),
                           ("iid", "iid, 50 clients, 50 rounds, ρ = 0.2"))],

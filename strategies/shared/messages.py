@@ -71,8 +71,10 @@ class TrainInstructions(Record):
     # split and the grid of mixing weights; absent = off (the paper's behaviour)
     safeguard_holdout: float | None = Field(None, gt=0.0, lt=1.0)
     safeguard_grid: int | None = Field(None, ge=2)
-    # the margin a mix needs over a consensus model, in standard errors; absent: any gain
+    # the margin a mix needs over a consensus model, in standard errors; absent: any gain; and the
+    # federation's pooled weight to use unless a client's own evidence is clear (absent: 1)
     safeguard_margin: float | None = Field(None, ge=0.0)
+    safeguard_weight: float | None = Field(None, ge=0.0, le=1.0)
 
 
 class TrainReply(Record):
@@ -96,6 +98,7 @@ class EvaluateInstructions(Record):
     safeguard_holdout: float | None = Field(None, gt=0.0, lt=1.0)  # as in TrainInstructions
     safeguard_grid: int | None = Field(None, ge=2)
     safeguard_margin: float | None = Field(None, ge=0.0)
+    safeguard_weight: float | None = Field(None, ge=0.0, le=1.0)
 
 
 class EvaluateReply(Record):
@@ -114,6 +117,10 @@ class EvaluateReply(Record):
     finetuned_correct: float | None = Field(None, ge=0)
     finetuned_accuracy: float | None = Field(None, ge=0.0, le=1.0)
     safeguard_own: float | None = Field(None, ge=0.0, le=1.0)  # the own model's weight in the mix used
+    # with a margin: per grid weight a < 1, the summed held-out gains of the mix over the received
+    # model, and their squares (strategies/shared/evidence.py), for the server to pool
+    safeguard_gains: list[float] | None = None
+    safeguard_squares: list[float] | None = None
     mae: float | None = None
     mape: float | None = None
     rmse: float | None = None

@@ -93,8 +93,9 @@ class RunConfig(Settings):
     safeguard: Literal["mix", "off"] = "mix"
     safeguard_holdout: float = Field(0.1, gt=0.0, lt=0.5)  # the held-out share of the train split
     safeguard_grid: int = Field(5, ge=2, le=21)  # mixing weights tested per received model
-    # where the received model is the federation's consensus (FLT without groups), a mix replaces it
-    # only if its gain on the held-out slice is this many standard errors above zero (0: any gain)
+    # where the received model is the federation's consensus (FLT without groups), a client leaves the
+    # federation's weight (pooled by the server from every client's held-out gains with this same test)
+    # only if its own best mix is this many standard errors better on its held-out slice (0: any gain)
     safeguard_margin: float = Field(1.0, ge=0.0, le=10.0)
     round_timeout: float = Field(600.0, gt=0.0)
     max_update_norm: float = Field(10000.0, ge=0.0)  # drop replies whose model moved further (0 = off)
