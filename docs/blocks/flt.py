@@ -258,18 +258,19 @@ def structure(prefix: str) -> str:
             f"({sum(c is None for c in plain)} of {len(plain)} runs link none).")
 
 
-# the 50-client runs without groups (the complete graph) were re-run with the safeguard margin
+# the 50-client runs without groups (the complete graph) were re-run with the federation weight
 MARGIN_RUNS = ("iid", "dirichlet1")
 
 
 def default_run(name: str) -> str:
     """The 50-client run of STRUCTURE_RUNS' `name` with the shipped defaults."""
-    suffix = "margin" if name in MARGIN_RUNS else "structure"
+    suffix = "pooled" if name in MARGIN_RUNS else "structure"
     return f"method-safeguard/flt-{name}-m50-{suffix}"
 
 
 # (title, the run with flt.no-structure=keep, the run with the defaults, the structure check without
-# the safeguard margin or None, with the safeguard off or None), all with the safeguard unless named
+# the margin and federation weight or None, with the safeguard off or None), all with the safeguard
+# unless named
 STRUCTURE_TABLES = (
     *((f"{title}, 50 clients, ρ = 0.2, 50 rounds", f"method-safeguard/flt-{name}-m50-safeguard",
        default_run(name),
@@ -277,7 +278,7 @@ STRUCTURE_TABLES = (
        f"method-safeguard/flt-{name}-m50-structure-safeguard-off" if name in MARGIN_RUNS else None)
       for name, title in STRUCTURE_RUNS),
     ("domains 0° / 180°, 20 clients, ρ = 0.2, 20 rounds", "flt-domains2-rho0.2-keep",
-     "flt-domains2-rho0.2", None, None),
+     "flt-domains2-rho0.2", "flt-domains2-rho0.2-no-weight", None),
 )
 
 
@@ -307,5 +308,42 @@ def structure_tables(prefix: str) -> str:
                      f"{best} {num(base[best])}", signed(checked.pers("flt") - base[best]),
                      "—" if flt_ft is None else signed(flt_ft - base[best])))
     return table(("run", "flt.no-structure=keep", "complete (default)", "default +FT",
-                  "complete, no margin", "complete, safeguard off", "contrast", "graph used",
+                  "complete, no federation weight", "complete, safeguard off", "contrast", "graph used",
                   "best baseline", "Δ (default)", "Δ (+FT)"), rows, "lrrrrrrllrr")
+
+
+# (title, seed, the run with the defaults, the same without the federation weight, the defaults with
+# safeguard-holdout 0.05 or None) of the 50-client tables without groups: seed 0 is the committed
+# table, seed 1 a second draw of data and sampling
+WEIGHT_SEEDS = tuple(
+    (title, seed, f"method-safeguard/flt-{name}-m50-pooled{suffix}",
+     f"method-safeguard/flt-{name}-m50-structure{suffix}",
+     None if seed else f"method-safeguard/flt-{name}-m50-pooled-holdout005")
+    for name, title in STRUCTURE_RUNS if name in MARGIN_RUNS
+    for seed, suffix in ((0, ""), (1, "-seed1")))
+
+
+@block("flt-federation-weight")
+def federation_weight_seeds(prefix: str) -> str:
+    """FLT on the complete graph with and without the federation weight, against FedAvg and
+    FedAvg+FT of the same run, on two seeds."""
+    rows = []
+    for title, seed, default_name, plain_name, half_name in WEIGHT_SEEDS:
+        run, plain = compare(default_name), compare(plain_name)
+        half = compare(half_name) if half_name else None
+        if half is not None and half.settings.get("safeguard-holdout") != 0.05:
+            raise ValueError(f"docs: {half_name} did not run with safeguard-holdout = 0.05")
+        for name, result in ((default_name, run), (plain_name, plain)):
+            if result.settings.get("seed") != seed:
+                raise ValueError(f"docs: {name} ran with seed {result.settings.get('seed')}, not {seed}")
+        tuned = (run.final("fedavg", "finetuned") or {}).get("mean")
+        flt_ft = (run.final("flt", "finetuned") or {}).get("mean")
+        best = max(run.pers("fedavg"), tuned)
+        rows.append((title, str(seed), num(run.pers("flt")), num(flt_ft), num(plain.pers("flt")),
+                     "—" if half is None else num(half.pers("flt")),
+                     num(run.pers("fedavg")), num(tuned), signed(run.pers("flt") - best),
+                     signed(flt_ft - best), signed(run.pers("flt") - plain.pers("flt"))))
+    return table(("run", "seed", "FLT (default)", "FLT +FT", "without the federation weight",
+                  "held-out 5 %", "FedAvg", "FedAvg+FT", "Δ (default)", "Δ (+FT)",
+                  "gain of the weight"), rows, "lrrrrrrrrrr")
+
