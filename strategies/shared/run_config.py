@@ -93,7 +93,7 @@ class RunConfig(Settings):
     safeguard: Literal["mix", "off"] = "mix"
     safeguard_holdout: float = Field(0.1, gt=0.0, lt=0.5)  # the held-out share of the train split
     safeguard_grid: int = Field(5, ge=2, le=21)  # mixing weights tested per received model
-    # where the received model is the federation's consensus (FLT without groups), a client leaves the
+    # where a method hands every client the federation's consensus model, a client leaves the
     # federation's weight (pooled by the server from every client's held-out gains with this same test)
     # only if its own best mix is this many standard errors better on its held-out slice (0: any gain)
     safeguard_margin: float = Field(1.0, ge=0.0, le=10.0)
