@@ -20,6 +20,7 @@ from typing import Any
 
 from flwr.app import ArrayRecord, Error, Message, RecordDict
 from flwr.serverapp import Grid
+from flwr.supercore.inflatable.inflatable_utils import ObjectPushError
 
 from strategies.shared.fusion import fuse, is_fused, split_reply, split_request
 from strategies.shared.messages import IDENTIFY, IdentifyReply, IdentifyRequest, with_client
@@ -28,6 +29,25 @@ from server_app.validation import INVALID_REPLY, ReplyValidator
 log = logging.getLogger(__name__)
 
 POLL_INTERVAL = 0.15  # s between pulls of outstanding replies (Flower's Grid.send_and_receive: 3 s)
+PUSH_ATTEMPTS = 3  # pushes of one phase's messages when the SuperLink loses the push session
+PUSH_RETRY_WAIT = 1.0  # s between them
+
+
+def push(grid: Grid, messages: list[Message]) -> list[str]:
+    """`grid.push_messages`, pushed again (`PUSH_ATTEMPTS` in all, `PUSH_RETRY_WAIT` s apart) when
+    the SuperLink no longer knows the push session of the messages' objects, as when it restarts
+    between Flower's message push and its object push. A message the SuperLink had already stored
+    comes back with an empty id and is not waited for (its client misses the phase)."""
+    for attempt in range(1, PUSH_ATTEMPTS + 1):
+        try:
+            return list(grid.push_messages(messages))
+        except ObjectPushError as err:
+            if attempt == PUSH_ATTEMPTS:
+                raise
+            log.warning("pushing %d message(s) failed (%s); pushing again in %.0f s (%d of %d)",
+                        len(messages), err, PUSH_RETRY_WAIT, attempt + 1, PUSH_ATTEMPTS)
+            time.sleep(PUSH_RETRY_WAIT)
+    raise AssertionError("unreachable")
 
 
 def push_and_pull(grid: Grid, messages: list[Message], timeout: float,
@@ -37,7 +57,7 @@ def push_and_pull(grid: Grid, messages: list[Message], timeout: float,
     is never pulled (it is ignored, as Flower's own loop ignores it); replies to other messages are
     dropped."""
     deadline = time.monotonic() + timeout
-    outstanding = {message_id for message_id in grid.push_messages(messages) if message_id}
+    outstanding = {message_id for message_id in push(grid, messages) if message_id}
     replies: list[Message] = []
     while outstanding:
         for reply in grid.pull_messages(sorted(outstanding)):

@@ -5,8 +5,10 @@ as the last reply is there (Flower's Grid.send_and_receive polls every 3 s)."""
 import logging
 import time
 
+import pytest
 from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
+from flwr.supercore.inflatable.inflatable_utils import ObjectPushError
 
 from server_app.clients import POLL_INTERVAL, ClientGrid, push_and_pull
 from strategies.shared.messages import CONFIG, IDENTIFY, METRICS, IdentifyReply
@@ -110,3 +112,36 @@ def test_a_silent_node_does_not_hold_the_phase_past_round_timeout(caplog):
     assert [client for client, _ in good] == [0, 2]
     assert 0.8 <= elapsed < 0.8 + POLL_INTERVAL + 0.2
     assert "no reply from client 1 within" in caplog.text
+
+
+class LostSessionGrid(ScheduledGrid):
+    """A ScheduledGrid whose first `failures` pushes fail as Flower's do when the SuperLink restarted
+    between the message push and the object push."""
+
+    def __init__(self, delays, failures: int) -> None:
+        super().__init__(delays)
+        self.failures = failures
+        self.pushes = 0
+
+    def push_messages(self, messages):
+        self.pushes += 1
+        if self.pushes <= self.failures:
+            raise ObjectPushError("abc", 1, "gone")
+        return super().push_messages(messages)
+
+
+def test_a_lost_push_session_is_pushed_again(monkeypatch, caplog):
+    from server_app import clients
+
+    monkeypatch.setattr(clients, "PUSH_RETRY_WAIT", 0.01)
+    grid = LostSessionGrid({1: 0.01, 2: 0.01}, failures=clients.PUSH_ATTEMPTS - 1)
+    with caplog.at_level(logging.WARNING):
+        replies = push_and_pull(grid, _messages(grid, [1, 2]), timeout=5.0)
+    assert sorted(int(r.content[METRICS]["node"]) for r in replies) == [1, 2]
+    assert grid.pushes == clients.PUSH_ATTEMPTS
+    assert "pushing again" in caplog.text
+    broken = LostSessionGrid({1: 0.01}, failures=clients.PUSH_ATTEMPTS)
+    with pytest.raises(ObjectPushError):
+        push_and_pull(broken, _messages(broken, [1]), timeout=5.0)
+    assert broken.pushes == clients.PUSH_ATTEMPTS
+
