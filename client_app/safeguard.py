@@ -12,12 +12,14 @@ client's own. With the safeguard on (run config `safeguard = "mix"`; the instruc
    `safeguard-grid` points in [0, 1] (for each received model) on the held-out slice, and takes the
    best (accuracy, then loss; ties go to the larger a, toward the method's model). Training starts
    from that mix; evaluation tests it.
-4. where the instructions carry `safeguard-margin` (FLT sends it while its structure check has found
-   no groups and the model it hands out is the federation's consensus, FedAvg's model), a mix is
-   taken over the received model only if its per-sample gains over it on the slice are that many
-   standard errors above zero (McNemar's statistic (b − c) / √(b + c); regression: Σ gain /
-   √Σ gain²). A slice of a few dozen samples cannot tell apart models within a few points: without
-   the margin, clients of a federation without structure took their own model on noise.
+4. where the instructions carry `safeguard-margin` (the runner sends it while the strategy hands
+   every client the federation's consensus, `hands_out_consensus`), a mix is taken over the
+   reference (the federation's pooled `safeguard-weight`, else the received model) only if its
+   per-sample gains over it on the slice are that many standard errors above zero (McNemar's
+   statistic (b − c) / √(b + c); regression: Σ gain / √Σ gain²), and the client reports every mix's
+   gains over the received model for the server to pool (strategies/shared/evidence.py). A slice of
+   a few dozen samples cannot tell apart models within a few points: without the margin, clients of
+   a federation without structure took their own model on noise.
 
 Before a client has trained once, or with the safeguard off, it uses the received model unchanged:
 the paper's behaviour. The choice is computed once per received model: the evaluation that a fused
@@ -40,7 +42,7 @@ import torch.nn.functional as F
 from flwr.app import ArrayRecord, ConfigRecord, Context
 
 from client_app.runtime import ClientRuntime, model_record
-from client_app.training import seeded_generator
+from client_app.training import masked_mae, seeded_generator, task_of
 from strategies.shared.evidence import clearly_better, grid
 
 _HOLDOUT_STREAM = 13  # seeded_generator purpose id of the held-out permutation
@@ -161,10 +163,8 @@ def _per_sample(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
     with torch.no_grad():
         for start in range(0, len(y), step):
             output, target = model(x[start : start + step]), y[start : start + step]
-            if target.is_floating_point():
-                valid = ~torch.isnan(target)
-                error = torch.where(valid, (output - torch.nan_to_num(target)).abs(), 0.0)
-                losses.append(error.flatten(1).sum(1) / valid.flatten(1).sum(1).clamp(min=1))
+            if task_of(target) == "regression":
+                losses.append(masked_mae(output, target, reduction="sample"))
             else:
                 losses.append(F.cross_entropy(output, target, reduction="none"))
                 hits.append((output.argmax(dim=1) == target).float())

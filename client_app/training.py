@@ -27,7 +27,8 @@ def task_of(y: torch.Tensor) -> str:
 
 
 def masked_mae(prediction: torch.Tensor, target: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
-    """|prediction − target| over the entries whose target is not NaN (`mean` over them, or `sum`).
+    """|prediction − target| over the entries whose target is not NaN (`mean` over them, or `sum`;
+    `sample`: the mean over each sample's valid entries, one value per sample).
 
     A batch without any valid target gives 0 (with a gradient path), not NaN.
     """
@@ -35,6 +36,8 @@ def masked_mae(prediction: torch.Tensor, target: torch.Tensor, reduction: str = 
     error = torch.where(valid, (prediction - torch.nan_to_num(target)).abs(), torch.zeros_like(prediction))
     if reduction == "sum":
         return error.sum()
+    if reduction == "sample":
+        return error.flatten(1).sum(1) / valid.flatten(1).sum(1).clamp_min(1)
     return error.sum() / valid.sum().clamp_min(1)
 
 

@@ -37,6 +37,7 @@ from server_app.metrics import accuracy_summary, regression_summary
 from server_app.reporting import RunRecorder
 from server_app.clients import ClientGrid, TrainClients
 from strategies.shared.evidence import federation_weight, grid
+from strategies.shared.personalized import PersonalizedStrategy
 from strategies.shared.provenance import code_fingerprint
 from strategies.shared.registry import METHODS
 from strategies.shared.run_config import RunConfig
@@ -197,15 +198,20 @@ class FederationRunner:
         )
 
     def safeguard_fields(self) -> dict[str, Any]:
-        """`safeguard-holdout` / `safeguard-grid` (and the federation's pooled `safeguard-weight` once
-        clients reported their gains) for a method whose clients honour the safeguard
-        (`Method.safeguard`) when the run config turns it on; nothing otherwise."""
+        """`safeguard-holdout` / `safeguard-grid` for a method whose clients honour the safeguard
+        (`Method.safeguard`) when the run config turns it on, nothing otherwise; while the strategy
+        hands every client the consensus (`hands_out_consensus`), also `safeguard-margin` and, once
+        clients reported their gains, the federation's pooled `safeguard-weight`."""
         cfg = self.cfg
         if cfg.safeguard == "off" or not METHODS[cfg.method].safeguard:
             return {}
         fields = {"safeguard_holdout": cfg.safeguard_holdout, "safeguard_grid": cfg.safeguard_grid}
-        if self.safeguard_weight is not None:
-            fields["safeguard_weight"] = self.safeguard_weight
+        consensus = (isinstance(self.strategy, PersonalizedStrategy)
+                     and self.strategy.hands_out_consensus())
+        if consensus and cfg.safeguard_margin > 0.0:
+            fields["safeguard_margin"] = cfg.safeguard_margin
+            if self.safeguard_weight is not None:
+                fields["safeguard_weight"] = self.safeguard_weight
         return fields
 
     def evaluate_config(self, server_round: int) -> EvaluateInstructions:

@@ -263,37 +263,36 @@ CLUSTERED = {
 
 @pytest.mark.federation
 def test_only_the_complete_graph_asks_clients_for_the_safeguard_margin():
-    """Without groups FLT hands every client FedAvg's model: its train and evaluate configs then
+    """Without groups FLT hands every client FedAvg's model: its train and evaluate instructions then
     carry `safeguard-margin` (a client leaves the consensus only on clear evidence); with a graph,
     with the safeguard off, or with margin 0 they do not."""
-    from flwr.app import ArrayRecord
-
-    from strategies.shared.messages import CONFIG, TrainInstructions
-    from tests.builders import train_config
+    from server_app.runner import FederationRunner
+    from strategies.shared.messages import EvaluateInstructions, TrainInstructions
 
     rng = np.random.default_rng(3)
     common = rng.normal(size=(2, 32)) * 8
     noisy = {c: (common + rng.normal(size=(2, 32))).astype(np.float32) for c in range(18)}
-    flt = FLT(18, 0.5, FLTSection(), input_shape=(1, 28, 28), safeguard_margin=1.5)
-    flt.models = NeighbourhoodModels(torch.zeros(3), 18)
-    flt.personal_arrays = lambda client: ArrayRecord({"w": torch.zeros(1)})
-    guarded = train_config(safeguard_holdout=0.1, safeguard_grid=5)
-    paper = train_config()
-    assert flt.train_content(0, None, guarded)[CONFIG] is guarded  # before FCR: no graph yet
+    flt = FLT(18, 0.5, FLTSection(), input_shape=(1, 28, 28))
+    runner = FederationRunner.__new__(FederationRunner)
+    runner.strategy, runner.safeguard_weight = flt, None
+
+    def margins(**overrides):
+        runner.cfg = RunConfig.from_flower({**default_run_config(), "method": "flt", **overrides})
+        return (TrainInstructions.read(runner.train_config(2).config()).safeguard_margin,
+                EvaluateInstructions.read(runner.evaluate_config(2).config()).safeguard_margin)
+
+    assert margins(**{"safeguard-margin": 1.5}) == (None, None)  # before FCR: no graph yet
     flt.relatedness = form_client_relatedness(noisy, 18, gamma=1.0, relative_gamma=0.05,
                                               min_contrast=0.8)
-    assert flt.relatedness.complete
-    for content in (flt.train_content(0, None, guarded), flt.evaluate_content(0, None, guarded)):
-        assert TrainInstructions.read(content[CONFIG]).safeguard_margin == 1.5
-    assert "safeguard-margin" not in flt.train_content(0, None, paper)[CONFIG]  # safeguard off
-    flt.safeguard_margin = 0.0
-    assert "safeguard-margin" not in flt.train_content(0, None, guarded)[CONFIG]
-    flt.safeguard_margin = 1.5
+    assert flt.hands_out_consensus()
+    assert margins(**{"safeguard-margin": 1.5}) == (1.5, 1.5)
+    assert margins(**{"safeguard-margin": 1.5, "safeguard": "off"}) == (None, None)
+    assert margins(**{"safeguard-margin": 0.0}) == (None, None)
     centroids, _ = _clustered_centroids(rng, groups=3, per_group=6)
     flt.relatedness = form_client_relatedness(centroids, 18, gamma=1.0, relative_gamma=0.05,
                                               min_contrast=0.8)
-    assert not flt.relatedness.complete
-    assert "safeguard-margin" not in flt.train_content(0, None, guarded)[CONFIG]
+    assert not flt.hands_out_consensus()
+    assert margins(**{"safeguard-margin": 1.5}) == (None, None)
 
 
 def test_flt_discovers_the_clusters_and_beats_fedavg_without_labels_leaving_clients(tmp_path):

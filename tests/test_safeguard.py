@@ -189,9 +189,15 @@ def test_the_runner_pools_the_reported_gains_into_the_next_instructions():
     from server_app.runner import FederationRunner as Runner
     from strategies.shared.messages import EvaluateReply, TrainInstructions
 
+    from strategies.shared.personalized import PersonalizedStrategy
+
+    class Consensus(PersonalizedStrategy):  # every client receives the same model
+        def hands_out_consensus(self) -> bool:
+            return True
+
     runner = Runner.__new__(Runner)
     runner.cfg = RunConfig.from_flower({**default_run_config(), "method": "flt"})
-    runner.safeguard_weight = None
+    runner.safeguard_weight, runner.strategy = None, Consensus.__new__(Consensus)
     plain = EvaluateReply(num_examples=10, correct=5, loss=1.0, accuracy=0.5, safeguard_own=0.0)
     assert not runner.pool_safeguard([plain]) and runner.safeguard_weight is None
     gain = EvaluateReply(num_examples=10, correct=5, loss=1.0, accuracy=0.5, safeguard_own=0.0,
@@ -251,14 +257,14 @@ def test_runner_sends_the_safeguard_only_to_graph_methods():
     for method, expected in (("sfl", True), ("fedavg", False), ("local", False)):
         cfg = RunConfig.from_flower({**default_run_config(), "method": method})
         runner = Runner.__new__(Runner)
-        runner.cfg, runner.safeguard_weight = cfg, None
+        runner.cfg, runner.safeguard_weight, runner.strategy = cfg, None, None
         fields = runner.safeguard_fields()
         assert bool(fields) == expected
         if expected:
             assert fields == {"safeguard_holdout": 0.1, "safeguard_grid": 5}
     off = RunConfig.from_flower({**default_run_config(), "method": "sfl", "safeguard": "off"})
     runner = Runner.__new__(Runner)
-    runner.cfg, runner.safeguard_weight = off, 0.5
+    runner.cfg, runner.safeguard_weight, runner.strategy = off, 0.5, None
     assert runner.safeguard_fields() == {}
 
 

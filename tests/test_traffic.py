@@ -182,6 +182,8 @@ def test_task_follows_target_dtype_and_masked_mae_skips_nan():
     assert masked_mae(prediction, target).item() == pytest.approx((1 + 0 + 4) / 3)
     assert task_loss(prediction, target).item() == pytest.approx(5 / 3)
     assert masked_mae(prediction, torch.full((2, 2), float("nan"))).item() == 0.0
+    per_sample = masked_mae(prediction, target, reduction="sample")  # the safeguard's per-sample error
+    assert per_sample.tolist() == pytest.approx([1.0, 2.0])  # sample 1: |1−2|; sample 2: (0 + 4) / 2
     with pytest.raises(ValueError, match="unknown task 'ranking'"):
         task_loss(prediction, target, "ranking")
 

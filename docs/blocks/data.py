@@ -176,6 +176,18 @@ class Comparison:
         """A final metric: `global-accuracy`, or `finetuned` (a dict like `personalized`)."""
         return self.summary(method)["final"].get(key)
 
+    def ft(self, method: str) -> float | None:
+        """The method's final mean after the evaluation's fine-tuning epochs (None: not measured)."""
+        return (self.final(method, "finetuned") or {}).get("mean")
+
+    def baselines(self) -> dict[str, float]:
+        """The no-regret baselines this comparison ran: `fedavg`, `fedavg+FT` (FedAvg's global model
+        after the fine-tuning epochs) and `local`, final personalized means."""
+        base = {m: self.pers(m) for m in ("fedavg", "local") if m in self.methods}
+        if "fedavg" in base and self.ft("fedavg") is not None:
+            base["fedavg+FT"] = self.ft("fedavg")
+        return base
+
     def curve(self, method: str, key: str = "personalized-mean") -> list[tuple[int, float]]:
         return [(p["round"], p[key]) for p in self.get(method, "curve") if p.get(key) is not None]
 

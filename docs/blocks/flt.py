@@ -292,13 +292,10 @@ def structure_tables(prefix: str) -> str:
         plain = compare(plain_name) if plain_name else None
         off = compare(off_name) if off_name else None
         report = checked.get("flt", "flt")
-        base = {m: checked.pers(m) for m in ("fedavg", "local") if m in checked.methods}
-        tuned = (checked.final("fedavg", "finetuned") or {}).get("mean")
-        if tuned is not None:
-            base["fedavg+FT"] = tuned
+        base = checked.baselines()
         best = max(base, key=base.get)
         contrast = report.get("structure-contrast")
-        flt_ft = (checked.final("flt", "finetuned") or {}).get("mean")
+        flt_ft = checked.ft("flt")
         rows.append((title, num(kept.pers("flt")), num(checked.pers("flt")),
                      "—" if flt_ft is None else num(flt_ft),
                      "—" if plain is None else num(plain.pers("flt")),
@@ -336,12 +333,11 @@ def federation_weight_seeds(prefix: str) -> str:
         for name, result in ((default_name, run), (plain_name, plain)):
             if result.settings.get("seed") != seed:
                 raise ValueError(f"docs: {name} ran with seed {result.settings.get('seed')}, not {seed}")
-        tuned = (run.final("fedavg", "finetuned") or {}).get("mean")
-        flt_ft = (run.final("flt", "finetuned") or {}).get("mean")
-        best = max(run.pers("fedavg"), tuned)
+        flt_ft = run.ft("flt")
+        best = max(run.baselines().values())
         rows.append((title, str(seed), num(run.pers("flt")), num(flt_ft), num(plain.pers("flt")),
                      "—" if half is None else num(half.pers("flt")),
-                     num(run.pers("fedavg")), num(tuned), signed(run.pers("flt") - best),
+                     num(run.pers("fedavg")), num(run.ft("fedavg")), signed(run.pers("flt") - best),
                      signed(flt_ft - best), signed(run.pers("flt") - plain.pers("flt"))))
     return table(("run", "seed", "FLT (default)", "FLT +FT", "without the federation weight",
                   "held-out 5 %", "FedAvg", "FedAvg+FT", "Δ (default)", "Δ (+FT)",

@@ -132,7 +132,7 @@ def _values(files: tuple[str, ...]) -> dict[str, tuple[float, float | None]]:
         c = compare(name)
         for m in c.methods:
             if m not in out and (c.final(m, "personalized") or {}).get("mean") is not None:
-                out[m] = (c.pers(m), (c.final(m, "finetuned") or {}).get("mean"))
+                out[m] = (c.pers(m), c.ft(m))
     return out
 
 

@@ -86,11 +86,6 @@ METHOD_TABLES = [
 ]
 
 
-def _ft(run, method: str) -> float | None:
-    tuned = run.final(method, "finetuned")
-    return tuned.get("mean") if tuned else None
-
-
 @block("safeguard-method-tables")
 def method_tables(prefix: str) -> str:
     """The committed method tables: each graph method with the earlier defaults (the paper's
@@ -100,19 +95,13 @@ def method_tables(prefix: str) -> str:
     rows = []
     for old_name, new_name, title in METHOD_TABLES:
         old, new = compare(old_name), compare(new_name)
-        base = {}
-        for run in (old, new):
-            for method in ("fedavg", "local"):
-                if method in run.methods:
-                    base[method] = run.pers(method)
-                    if method == "fedavg" and _ft(run, method) is not None:
-                        base["fedavg+FT"] = _ft(run, method)
+        base = {**old.baselines(), **new.baselines()}
         best = max(base, key=base.get)
         for method in new.methods:
             if method in ("fedavg", "local"):
                 continue
             rows.append([title, method, num(old.pers(method)), num(new.pers(method)),
-                         num(_ft(new, method)), f"{best} {num(base[best])}",
+                         num(new.ft(method)), f"{best} {num(base[best])}",
                          signed(new.pers(method) - base[best])])
     return table(["run", "method", "safeguard off (earlier default)", "safeguard", "safeguard +FT",
                   "best baseline", "Δ (safeguard)"], rows, "llrrrlr")

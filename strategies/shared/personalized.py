@@ -107,6 +107,12 @@ class PersonalizedStrategy(Strategy, MethodReporter, ClientKeyed):
     def evaluate_content(self, client: int, arrays: ArrayRecord, config: ConfigRecord) -> RecordDict:
         return RecordDict({PERSONAL: self.personal_arrays(client), CONFIG: config})
 
+    def hands_out_consensus(self) -> bool:
+        """Whether every client now receives the same model, the federation's consensus: the runner
+        then asks the safeguard for evidence and pools it (`safeguard-margin`, client_app/safeguard.py).
+        False: each client receives its own aggregate."""
+        return False
+
     # --- shared machinery -------------------------------------------------------------------
     def personal_arrays(self, client: int) -> ArrayRecord:
         return self.layout.arrays(self.personal[client])

@@ -86,12 +86,10 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
     def __init__(self, num_clients: int, fraction_train: float, settings: FLTSection, *,
                  input_shape: tuple[int, int, int], seed: int = 0,
                  pretrain_images: torch.Tensor | None = None,
-                 matrix_storage: ClientMatrixStorage | None = None,
-                 safeguard_margin: float = 0.0) -> None:
+                 matrix_storage: ClientMatrixStorage | None = None) -> None:
         super().__init__(num_clients, fraction_train, matrix_storage=matrix_storage)
         check_autoencoder_input(input_shape)
         self.settings = settings
-        self.safeguard_margin = safeguard_margin
         self.input_shape = input_shape
         self.seed = seed
         self.pretrain_images = pretrain_images
@@ -113,19 +111,12 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
         return self.layout.arrays(self.models.model(client))
 
     def train_content(self, client: int, arrays: ArrayRecord, config: ConfigRecord) -> RecordDict:
-        return RecordDict({PERSONAL: self.personal_arrays(client), CONFIG: self._with_margin(config)})
+        return RecordDict({PERSONAL: self.personal_arrays(client), CONFIG: config})
 
-    def evaluate_content(self, client: int, arrays: ArrayRecord, config: ConfigRecord) -> RecordDict:
-        return RecordDict({PERSONAL: self.personal_arrays(client), CONFIG: self._with_margin(config)})
-
-    def _with_margin(self, config: ConfigRecord) -> ConfigRecord:
-        """`config` plus the safeguard's `safeguard-margin` while the graph is complete (the structure
-        check found no groups): every client then receives the federation's consensus, FedAvg's
-        model, and leaves it for its own only on clear evidence (client_app/safeguard.py)."""
-        complete = self.relatedness is not None and self.relatedness.complete
-        if complete and self.safeguard_margin > 0.0 and "safeguard-holdout" in config:
-            return ConfigRecord({**dict(config), "safeguard-margin": self.safeguard_margin})
-        return config
+    def hands_out_consensus(self) -> bool:
+        """While the structure check has found no groups, the graph is complete: every client
+        receives FedAvg's model."""
+        return self.relatedness is not None and self.relatedness.complete
 
     def absorb(self, client: int, content: RecordDict) -> None:
         super().absorb(client, content)  # row `client` of the trained-models buffer
@@ -431,5 +422,5 @@ def build_flt(cfg: RunConfig, storage: ClientMatrixStorage | None = None) -> FLT
             raise ConfigError(f"run config: key 'flt.pretrain-samples' = "
                               f"{cfg.flt.pretrain_samples} is invalid: {err}") from None
     return FLT(cfg.num_clients, cfg.fraction_train, cfg.flt, input_shape=input_shape, seed=cfg.seed,
-               pretrain_images=images, matrix_storage=storage, safeguard_margin=cfg.safeguard_margin)
+               pretrain_images=images, matrix_storage=storage)
 
