@@ -63,6 +63,9 @@ CASES: dict[str, dict[str, Any]] = {
     "fedska-safeguard": {"method": "fedska", "safeguard": "mix", "num-rounds": 4, "fedska.k": 2,
                          "fedska.structure-steps": 2, "fedska.encoder-steps": 2},
     "fedu-safeguard": {"method": "fedu", "safeguard": "mix", "num-rounds": 4},
+    # FLT without groups hands every client the consensus: the margin and the federation's weight
+    "flt-consensus": {"method": "flt", "partition": "iid", "safeguard": "mix", "num-rounds": 4,
+                      "flt.ae-epochs": 1, "flt.latent-dim": 16, "flt.umap-neighbors": 4},
 }
 
 # What a round record keeps for the comparison: the results, not the time they took.
