@@ -147,6 +147,7 @@ class Checkpointing(RunCallback):
             "bytes-total": self.traffic.totals,
             "seconds": seconds,
             "pending": pending,
+            "safeguard-weight": runner.safeguard_weight,  # the federation's pooled weight, if any
         })
 
     def restore(self) -> tuple[ArrayRecord, int, float, dict[str, Any] | None]:
@@ -173,6 +174,7 @@ class Checkpointing(RunCallback):
         runner.latest = state["latest"]
         self.traffic.totals = state["bytes-total"]
         runner.recorder.restore(state["rounds"])
+        runner.safeguard_weight = state.get("safeguard-weight")  # absent in older checkpoints
         return state["arrays"], state["round"], state["seconds"], state.get("pending")
 
 
