@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from flwr.app import ArrayRecord, ConfigRecord, Context
 
 from client_app.runtime import ClientRuntime, model_record
-from client_app.training import masked_mae, seeded_generator, task_of
+from client_app.training import forward_batches, masked_mae, seeded_generator, task_of
 from strategies.shared.evidence import clearly_better, grid
 
 _HOLDOUT_STREAM = 13  # seeded_generator purpose id of the held-out permutation
@@ -157,17 +157,13 @@ def choose(rt: ClientRuntime, context: Context, ins,
 def _per_sample(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
                 batch_size: int) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-sample (task loss, correct top-1 as 0/1; None for regression) of `model` on (x, y)."""
-    model.eval()
     losses, hits = [], []
-    step = max(batch_size, 256)
-    with torch.no_grad():
-        for start in range(0, len(y), step):
-            output, target = model(x[start : start + step]), y[start : start + step]
-            if task_of(target) == "regression":
-                losses.append(masked_mae(output, target, reduction="sample"))
-            else:
-                losses.append(F.cross_entropy(output, target, reduction="none"))
-                hits.append((output.argmax(dim=1) == target).float())
+    for output, target in forward_batches(model, x, y, batch_size):
+        if task_of(target) == "regression":
+            losses.append(masked_mae(output, target, reduction="sample"))
+        else:
+            losses.append(F.cross_entropy(output, target, reduction="none"))
+            hits.append((output.argmax(dim=1) == target).float())
     loss = torch.cat(losses).double()
     return loss, (torch.cat(hits).double() if hits else None)
 

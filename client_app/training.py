@@ -9,7 +9,7 @@ reproducible from (seed, client id, round).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -194,6 +194,18 @@ class Evaluation:
         return self.correct / self.num_examples if self.num_examples else 0.0
 
 
+def forward_batches(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int
+                    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """(output, target) of `model` in eval mode over (x, y) in batches, without gradients (so the
+    batches can be larger than training's: at least 256)."""
+    model.eval()
+    step = max(batch_size, 256)
+    for start in range(0, len(y), step):
+        with torch.no_grad():  # left before yielding: the caller's grad mode stays its own
+            output = model(x[start : start + step])
+        yield output, y[start : start + step]
+
+
 @torch.no_grad()
 def evaluate(
     model: nn.Module,
@@ -209,12 +221,9 @@ def evaluate(
     forecasts and targets are de-normalised (`v·std + mean`) for `forecast_errors`.
     """
     task = task or task_of(y)
-    model.eval()
-    loss, correct, step = 0.0, 0, max(batch_size, 256)  # no gradients: larger batches are fine
+    loss, correct = 0.0, 0
     outputs = []
-    for start in range(0, len(y), step):
-        output = model(x[start : start + step])
-        target = y[start : start + step]
+    for output, target in forward_batches(model, x, y, batch_size):
         if task == "regression":
             loss += float(masked_mae(output, target, reduction="sum"))
             outputs.append(output)
