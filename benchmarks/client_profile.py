@@ -41,9 +41,8 @@ import torch
 mark("import torch")
 from client_app.app import app
 mark("bouquet imports")
-from flwr.supercore.task_identity import TaskIdentity
-for name in ("run_id", "node_id", "task_id"):
-    setattr(TaskIdentity, name, 1)
+from server_app.harness.local_grid import set_task_identity  # (Flower's Message needs one)
+set_task_identity()
 from client_app.runtime import client_runtime
 from models import build_model
 from strategies.shared.messages import CLIENT, CONFIG, GLOBAL, ClientAddress, TrainInstructions
