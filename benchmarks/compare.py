@@ -179,7 +179,11 @@ def _curve_point(record: dict[str, Any]) -> dict[str, Any]:
                        ("mae", (record.get("regression") or {}).get("mae")),
                        ("worst-5%-mae", (record.get("regression") or {}).get("worst-5%-mae")),
                        ("global-mae", (record.get("global-regression") or {}).get("mae")),
-                       ("finetuned-mae", (record.get("finetuned-regression") or {}).get("mae"))):
+                       ("finetuned-mae", (record.get("finetuned-regression") or {}).get("mae")),
+                       # the safeguard (graph methods): the clients' mean own weight and the
+                       # federation's pooled weight where it hands out the consensus
+                       ("safeguard-own", record.get("safeguard-own")),
+                       ("safeguard-weight", record.get("safeguard-weight"))):
         if value is not None:
             point[key] = value
     return point

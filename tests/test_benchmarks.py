@@ -192,3 +192,15 @@ def test_deploy_methods_table_averages_each_run_and_divides_by_fedavg():
     assert "| fedavg | 11.50 | 1.00 | 1, 1, 1, 2 | 1 |" in table
     assert "| fedcg | 16.50 | 1.43 | 2, 1, 2, 3 | 2 |" in table
     assert not any("minimal" in line for line in table)
+
+
+def test_a_curve_point_keeps_the_safeguards_choices_where_a_round_has_them():
+    from benchmarks.compare import _curve_point
+
+    record = {"round": 3, "seconds": 1.5, "personalized": {"mean": 90.0, "worst-5%": 80.0},
+              "safeguard-own": 0.25, "safeguard-weight": 0.75}
+    point = _curve_point(record)
+    assert point["safeguard-own"] == 0.25 and point["safeguard-weight"] == 0.75
+    assert point["personalized-mean"] == 90.0
+    plain = _curve_point({"round": 1, "personalized": {"mean": 50.0}})
+    assert "safeguard-own" not in plain and "safeguard-weight" not in plain
