@@ -266,18 +266,16 @@ def test_only_the_complete_graph_asks_clients_for_the_safeguard_margin():
     """Without groups FLT hands every client FedAvg's model: its train and evaluate instructions then
     carry `safeguard-margin` (a client leaves the consensus only on clear evidence); with a graph,
     with the safeguard off, or with margin 0 they do not."""
-    from server_app.runner import FederationRunner
+    from builders import instruction_runner
     from strategies.shared.messages import EvaluateInstructions, TrainInstructions
 
     rng = np.random.default_rng(3)
     common = rng.normal(size=(2, 32)) * 8
     noisy = {c: (common + rng.normal(size=(2, 32))).astype(np.float32) for c in range(18)}
     flt = FLT(18, 0.5, FLTSection(), input_shape=(1, 28, 28))
-    runner = FederationRunner.__new__(FederationRunner)
-    runner.strategy, runner.safeguard_weight = flt, None
 
     def margins(**overrides):
-        runner.cfg = RunConfig.from_flower({**default_run_config(), "method": "flt", **overrides})
+        runner = instruction_runner("flt", flt, **overrides)
         return (TrainInstructions.read(runner.train_config(2).config()).safeguard_margin,
                 EvaluateInstructions.read(runner.evaluate_config(2).config()).safeguard_margin)
 

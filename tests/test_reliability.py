@@ -416,28 +416,21 @@ def test_a_checkpoint_keeps_the_federations_safeguard_weight(tmp_path):
     the weight of the interrupted run, not the consensus's 1, with its next instructions."""
     from types import SimpleNamespace
 
+    from builders import consensus_strategy, instruction_runner
     from server_app.callbacks import Checkpointing, TrafficCount
-    from server_app.runner import FederationRunner
     from strategies.shared.messages import TrainInstructions
-    from strategies.shared.personalized import PersonalizedStrategy
-
-    class Consensus(PersonalizedStrategy):  # every client receives the same model
-        def hands_out_consensus(self) -> bool:
-            return True
-
-    cfg = RunConfig.from_flower({**default_run_config(), "method": "flt"})
 
     def runner(weight):
-        r = FederationRunner.__new__(FederationRunner)
-        r.cfg, r.strategy, r.safeguard_weight, r.latest = cfg, None, weight, {}
+        r = instruction_runner("flt", consensus_strategy(), weight)
+        r.latest = {}
         r.recorder = SimpleNamespace(rounds=[{"round": 1}], restore=lambda rounds: None)
         return r
 
     store = CheckpointStore(tmp_path)
-    Checkpointing(runner(0.25), store, TrafficCount(2)).round_finished(
-        cfg.num_rounds, ArrayRecord(), 1.0, None)
+    interrupted = runner(0.25)
+    Checkpointing(interrupted, store, TrafficCount(2)).round_finished(
+        interrupted.cfg.num_rounds, ArrayRecord(), 1.0, None)
     resumed = runner(None)
     Checkpointing(resumed, store, TrafficCount(2)).restore()
     assert resumed.safeguard_weight == 0.25
-    resumed.strategy = Consensus.__new__(Consensus)  # (a picklable strategy is restored in a run)
     assert TrainInstructions.read(resumed.train_config(2).config()).safeguard_weight == 0.25

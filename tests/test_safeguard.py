@@ -21,7 +21,8 @@ from strategies.shared.messages import (
 )
 from strategies.shared.registry import METHODS
 from strategies.shared.run_config import RunConfig, default_run_config
-from tests.builders import evaluate_config, train_config
+from tests.builders import (consensus_strategy, evaluate_config, instruction_runner,
+                            train_config)
 
 GUARD = {"safeguard_holdout": 0.25, "safeguard_grid": 5}
 OVERRIDES = {"method": "fedu", "dataset": "digits", "model": "mclr", "partition": "label-clusters",
@@ -186,18 +187,9 @@ def test_without_clear_evidence_a_client_takes_the_federation_weight_and_reports
 
 
 def test_the_runner_pools_the_reported_gains_into_the_next_instructions():
-    from server_app.runner import FederationRunner as Runner
     from strategies.shared.messages import EvaluateReply, TrainInstructions
 
-    from strategies.shared.personalized import PersonalizedStrategy
-
-    class Consensus(PersonalizedStrategy):  # every client receives the same model
-        def hands_out_consensus(self) -> bool:
-            return True
-
-    runner = Runner.__new__(Runner)
-    runner.cfg = RunConfig.from_flower({**default_run_config(), "method": "flt"})
-    runner.safeguard_weight, runner.strategy = None, Consensus.__new__(Consensus)
+    runner = instruction_runner("flt", consensus_strategy())
     plain = EvaluateReply(num_examples=10, correct=5, loss=1.0, accuracy=0.5, safeguard_own=0.0)
     assert not runner.pool_safeguard([plain]) and runner.safeguard_weight is None
     gain = EvaluateReply(num_examples=10, correct=5, loss=1.0, accuracy=0.5, safeguard_own=0.0,
@@ -251,21 +243,14 @@ def test_a_received_model_is_scored_once_per_own_model(node, monkeypatch):
 
 
 def test_runner_sends_the_safeguard_only_to_graph_methods():
-    from server_app.runner import FederationRunner as Runner
     graph = {name for name, m in METHODS.items() if m.safeguard}
     assert graph == {"flt", "sfl", "sfl-star", "fedska", "fedu"}
     for method, expected in (("sfl", True), ("fedavg", False), ("local", False)):
-        cfg = RunConfig.from_flower({**default_run_config(), "method": method})
-        runner = Runner.__new__(Runner)
-        runner.cfg, runner.safeguard_weight, runner.strategy = cfg, None, None
-        fields = runner.safeguard_fields()
+        fields = instruction_runner(method).safeguard_fields()
         assert bool(fields) == expected
         if expected:
             assert fields == {"safeguard_holdout": 0.1, "safeguard_grid": 5}
-    off = RunConfig.from_flower({**default_run_config(), "method": "sfl", "safeguard": "off"})
-    runner = Runner.__new__(Runner)
-    runner.cfg, runner.safeguard_weight, runner.strategy = off, 0.5, None
-    assert runner.safeguard_fields() == {}
+    assert instruction_runner("sfl", weight=0.5, safeguard="off").safeguard_fields() == {}
 
 
 def test_bad_safeguard_settings_fail_naming_the_key():

@@ -320,6 +320,24 @@ WEIGHT_SEEDS = tuple(
     for seed, suffix in ((0, ""), (1, "-seed1")))
 
 
+LATE_ROUNDS = 10
+
+
+def late_gap(run) -> float:
+    """FLT's personalized mean minus the best baseline of the same round (`Comparison.baselines`'
+    set: FedAvg, FedAvg+FT, Local where run), averaged over the last LATE_ROUNDS evaluated rounds:
+    the final round's gap with less of one round's noise."""
+    curves = {"fedavg": run.curve("fedavg"), "fedavg+FT": run.curve("fedavg", "finetuned-mean"),
+              "local": run.curve("local") if "local" in run.methods else []}
+    per_round = [dict(curves[name]) for name in run.baselines()]
+    flt = dict(run.curve("flt"))
+    rounds = sorted(r for r in flt if all(r in c for c in per_round))[-LATE_ROUNDS:]
+    if len(rounds) < LATE_ROUNDS:
+        raise ValueError(f"docs: {run.name} has {len(rounds)} rounds with FLT and every baseline, "
+                         f"fewer than {LATE_ROUNDS}")
+    return sum(flt[r] - max(c[r] for c in per_round) for r in rounds) / len(rounds)
+
+
 @block("flt-federation-weight")
 def federation_weight_seeds(prefix: str) -> str:
     """FLT on the complete graph with and without the federation weight, against FedAvg and
@@ -344,19 +362,3 @@ def federation_weight_seeds(prefix: str) -> str:
                   "held-out 5 %", "FedAvg", "FedAvg+FT", "Δ (default)", "Δ (+FT)",
                   f"Δ (default), mean of the last {LATE_ROUNDS} rounds", "gain of the weight"),
                  rows, "lrrrrrrrrrrr")
-
-
-LATE_ROUNDS = 10
-
-
-def late_gap(run) -> float:
-    """FLT's personalized mean minus the best of FedAvg and FedAvg+FT in the same round, averaged
-    over the last LATE_ROUNDS evaluated rounds: the final round's gap with less of one round's noise."""
-    flt = dict(run.curve("flt"))
-    fedavg, tuned = dict(run.curve("fedavg")), dict(run.curve("fedavg", "finetuned-mean"))
-    rounds = sorted(r for r in flt if r in fedavg and r in tuned)[-LATE_ROUNDS:]
-    if len(rounds) < LATE_ROUNDS:
-        raise ValueError(f"docs: {run.name} has {len(rounds)} rounds with FLT, FedAvg and "
-                         f"FedAvg+FT, fewer than {LATE_ROUNDS}")
-    return sum(flt[r] - max(fedavg[r], tuned[r]) for r in rounds) / len(rounds)
-
