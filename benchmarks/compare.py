@@ -183,6 +183,7 @@ def _curve_point(record: dict[str, Any]) -> dict[str, Any]:
                        # the safeguard (graph methods): the clients' mean own weight and the
                        # federation's pooled weight where it hands out the consensus
                        ("safeguard-own", record.get("safeguard-own")),
+                       ("safeguard-finetuned", record.get("safeguard-finetuned")),
                        ("safeguard-weight", record.get("safeguard-weight"))):
         if value is not None:
             point[key] = value

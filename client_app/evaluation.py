@@ -9,7 +9,10 @@ model's weight as `safeguard-own`; with `finetune-epochs` > 0 its `finetuned-*` 
 after the local epochs (on the train split outside the held-out slice), the counterpart of
 "global + local epochs" for a method that hands each client its own model, and the fine-tuned model
 becomes the client's own model (so a client not sampled for training still refines it, as every
-client refines the global model under FedAvg + fine-tuning).
+client refines the global model under FedAvg + fine-tuning). The client answers (`accuracy`) with
+whichever of the mix and its fine-tuned version scores better on the held-out slice (ties to the
+fine-tuned one; where the instructions carry `safeguard-margin`, the fine-tuned one only if clearly
+better) and reports which as `safeguard-finetuned` (1: the fine-tuned one).
 """
 
 from __future__ import annotations
@@ -80,8 +83,12 @@ def evaluate(message: Message, context: Context) -> Message:
                     momentum=ins.momentum,
                     generator=seeded_generator(ins.seed, rt.client_id, ins.server_round, 7),
                 )
-                fields.update(result_fields(test_model(model, x_test, y_test, ins.batch_size, scale),
-                                            "finetuned_"))
+                tuned = test_model(model, x_test, y_test, ins.batch_size, scale)
+                fields.update(result_fields(tuned, "finetuned_"))
+                # the client answers with the fine-tuned model where its held-out slice prefers it
+                finetuned = safeguard.prefers_finetuned(rt, ins, choice, personal, model)
+                fields["safeguard_finetuned"] = float(finetuned)
+                used = tuned if finetuned else used
                 safeguard.keep_own(context, rt.client_id, model, ins)  # the client's newest own model
     if used is None:
         raise ValueError(f"evaluate needs an ArrayRecord '{GLOBAL}' or '{PERSONAL}'")

@@ -20,6 +20,10 @@ client's own. With the safeguard on (run config `safeguard = "mix"`; the instruc
    gains over the received model for the server to pool (strategies/shared/evidence.py). A slice of
    a few dozen samples cannot tell apart models within a few points: without the margin, clients of
    a federation without structure took their own model on noise.
+5. where the evaluation fine-tunes the chosen mix (`finetune-epochs` > 0, client_app/evaluation.py),
+   answers with the fine-tuned model if it scores at least as well on the slice (with a margin: if it
+   is clearly better than the mix; `prefers_finetuned`); the fine-tuned model is the client's own
+   model either way.
 
 Before a client has trained once, or with the safeguard off, it uses the received model unchanged:
 the paper's behaviour. The choice is computed once per received model: the evaluation that a fused
@@ -61,6 +65,9 @@ class Choice:
     # mix over the received model on the held-out slice, and their squares (`evidence`)
     gains: tuple[float, ...] = ()
     squares: tuple[float, ...] = ()
+    # the chosen mix's score on the held-out slice, larger is better ([accuracy, −loss];
+    # regression: [−loss]); empty where nothing was tested (no own model yet)
+    score: tuple[float, ...] = ()
 
     @property
     def own_weight(self) -> float:
@@ -183,6 +190,34 @@ def _gain(candidate: tuple[torch.Tensor, torch.Tensor | None],
     return hits - ref_hits if hits is not None else ref_loss - loss
 
 
+def held_out(rt: ClientRuntime, ins) -> tuple[torch.Tensor, torch.Tensor]:
+    """The (x, y) of the client's held-out slice (`holdout_index`)."""
+    x, y = rt.tensors("train")
+    _, held = holdout_index(len(y), ins.safeguard_holdout, ins.seed, rt.client_id)
+    held = held.to(x.device)
+    return x[held], y[held]
+
+
+def prefers_finetuned(rt: ClientRuntime, ins, choice: Choice, mixed: ArrayRecord,
+                      tuned: torch.nn.Module) -> bool:
+    """Whether the client answers with `tuned`, the chosen mix (`mixed`) after the evaluation's
+    local epochs, rather than the mix itself, judged on the held-out slice, which neither model was
+    trained on: it scores at least as well (accuracy, then loss; regression: loss), or, where the
+    instructions carry `safeguard-margin` (the client received the federation's consensus), its
+    per-sample gains over the mix are that many standard errors above zero, as every other
+    departure from the federation's model (`clearly_better`). False where the choice tested nothing
+    (no own model yet: the client answers with the received model)."""
+    if not choice.score:
+        return False
+    xv, yv = held_out(rt, ins)
+    result = _per_sample(tuned, xv, yv, ins.batch_size)
+    margin = float(getattr(ins, "safeguard_margin", None) or 0.0)
+    if margin <= 0.0:
+        return tuple(_summary(result)) >= choice.score
+    gain = _gain(result, _per_sample(rt.model(mixed), xv, yv, ins.batch_size))
+    return clearly_better(float(gain.sum()), float((gain**2).sum()), margin)
+
+
 def _on_grid(weight: float | None, points: int) -> float:
     """The grid point nearest `weight` (None: 1, the received model itself)."""
     if weight is None:
@@ -211,10 +246,7 @@ def _search(rt: ClientRuntime, context: Context, ins, own: ArrayRecord,
              and float(cache["margin"]) == margin and float(cache["weight"]) == reference)
     scores = dict(cache) if valid else {}
     scores["version"], scores["margin"], scores["weight"] = version, margin, reference
-    x, y = rt.tensors("train")
-    _, held = holdout_index(len(y), ins.safeguard_holdout, ins.seed, rt.client_id)
-    held = held.to(x.device)
-    xv, yv = x[held], y[held]
+    xv, yv = held_out(rt, ins)
     own_state = own.to_torch_state_dict()
     model = rt.model(own)
     own_result = []  # the own model's per-sample result, computed at most once per call
@@ -250,7 +282,7 @@ def _search(rt: ClientRuntime, context: Context, ins, own: ArrayRecord,
         candidate = (*value, a)
         if best_key is None or candidate > best_key:  # strict: an equal key keeps the earlier model
             best = Choice(name, float(a), tuple(scores.get(digest + ".gains", ())),
-                          tuple(scores.get(digest + ".squares", ())))
+                          tuple(scores.get(digest + ".squares", ())), tuple(value))
             best_key = candidate
     context.state[key] = ConfigRecord(scores)
     return best

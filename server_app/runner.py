@@ -279,6 +279,9 @@ class FederationRunner:
         if own:  # the safeguard's choices: mean weight of the clients' own models, and how many mixed
             result["safeguard-own"] = float(np.mean(own))
             result["safeguard-mixed"] = sum(0.0 < w for w in own)
+        tuned = [r.safeguard_finetuned for r in rows if r.safeguard_finetuned is not None]
+        if tuned:  # how many clients answered with their fine-tuned model
+            result["safeguard-finetuned"] = int(sum(tuned))
         if self.pool_safeguard(rows):
             result["safeguard-weight"] = self.safeguard_weight
         return result

@@ -14,10 +14,12 @@ from flwr.app import ArrayRecord, Context, Message, RecordDict
 from client_app import safeguard
 from client_app.app import app as client_app
 from client_app.runtime import ClientRuntime, client_runtime
+from client_app.training import evaluate as evaluate_model
 from models import build_model
 from server_app.harness.local_grid import LocalGrid
 from strategies.shared.messages import (
-    CONFIG, EVALUATE, GLOBAL, METRICS, PERSONAL, TRAIN_LOCAL, EvaluateReply, with_client
+    CONFIG, EVALUATE, GLOBAL, METRICS, PERSONAL, TRAIN_LOCAL, EvaluateInstructions, EvaluateReply,
+    with_client
 )
 from strategies.shared.registry import METHODS
 from strategies.shared.run_config import RunConfig, default_run_config
@@ -203,6 +205,18 @@ def test_the_runner_pools_the_reported_gains_into_the_next_instructions():
     assert runner.pool_safeguard([worse] * 5) and runner.safeguard_weight == 1.0
 
 
+def test_the_round_record_counts_the_clients_that_answered_fine_tuned(node):  # node: task identity
+    runner = instruction_runner("flt", consensus_strategy())
+    runner.latest = {}
+    replies = [(client, _message({METRICS: EvaluateReply(
+        num_examples=10, correct=5, loss=1.0, accuracy=0.5, finetuned_accuracy=0.6,
+        safeguard_own=own, safeguard_finetuned=tuned).metrics()}, EVALUATE))
+        for client, (own, tuned) in enumerate([(0.0, 1.0), (0.5, 0.0), (0.25, 1.0)])]
+    record = runner.evaluation_record(2, replies)
+    assert record["safeguard-finetuned"] == 2 and record["safeguard-mixed"] == 2
+    assert record["safeguard-own"] == pytest.approx(0.25)
+
+
 def test_a_better_received_model_is_taken_whole(node):
     cfg, context = node
     _train(context, _model(cfg, 1), **GUARD)  # one short epoch from a random start: a weak own model
@@ -272,3 +286,68 @@ def test_evaluation_fine_tunes_the_used_model_and_keeps_it_as_the_own_model(node
                     state=RecordDict(), run_config=context.run_config)
     paper = _evaluate(fresh, _model(cfg, 4), finetune_epochs=1)  # off: personal is only tested
     assert paper.finetuned_accuracy is None and safeguard.own_model(fresh, 0) is None
+
+
+def test_the_fine_tuned_model_answers_exactly_where_the_held_out_slice_prefers_it(node):
+    cfg, context = node
+    rt = _runtime(context)
+    ins = EvaluateInstructions.read(evaluate_config(**GUARD))
+    mixed = _model(cfg, 3)
+    tuned = rt.model(_model(cfg, 2))
+    xv, yv = safeguard.held_out(rt, ins)
+    assert len(yv) == _held(context)
+    score = tuple(safeguard._summary(safeguard._per_sample(tuned, xv, yv, ins.batch_size)))
+    assert len(score) == 2 and 0.0 <= score[0] <= 1.0  # [accuracy, −loss]
+
+    def prefers(score: tuple[float, ...], instructions=ins) -> bool:
+        return safeguard.prefers_finetuned(rt, instructions, safeguard.Choice(PERSONAL, 0.5, score=score),
+                                           mixed, tuned)
+
+    assert not prefers(())  # nothing tested (no own model yet): the received model answers
+    assert prefers(score)  # a tie goes to the fine-tuned model
+    assert not prefers((score[0], score[1] + 1e-6))  # the mix: same accuracy, lower loss
+    assert prefers((score[0] - 0.01, 0.0))  # the mix: lower accuracy, whatever its loss
+
+
+def test_with_a_margin_the_fine_tuned_model_answers_only_if_clearly_better(node):
+    cfg, context = node
+    for round_ in range(1, 6):  # a few epochs: a model that knows client 0's labels
+        start = safeguard.own_model(context, 0) or _model(cfg, 1)
+        _train(context, start, server_round=round_, **GUARD)
+    rt = _runtime(context)
+    good = safeguard.own_model(context, 0)
+    useless = {k: torch.zeros_like(v) for k, v in good.to_torch_state_dict().items()}
+    useless[[k for k in useless if k.endswith("bias")][-1]][9] = 100.0  # always says 9
+    assert 9 not in _runtime(context).data.train_y.tolist()
+    consensus = EvaluateInstructions.read(evaluate_config(safeguard_margin=1.0, **GUARD))
+    anything = safeguard.Choice(PERSONAL, 1.0, score=(1.0, 0.0))  # its score is not the test here
+    assert safeguard.prefers_finetuned(rt, consensus, anything, ArrayRecord(useless), rt.model(good))
+    # the same model on both sides: no sample differs, no evidence, the mix answers
+    assert not safeguard.prefers_finetuned(rt, consensus, anything, good, rt.model(good))
+    # the useless model fine-tuned against a good mix: worse, so the mix answers
+    assert not safeguard.prefers_finetuned(rt, consensus, anything, good,
+                                           rt.model(ArrayRecord(useless)))
+
+
+@pytest.mark.parametrize("prefers", [True, False])
+def test_the_evaluation_reports_the_model_the_held_out_slice_chose(node, monkeypatch, prefers):
+    cfg, context = node
+    _train(context, _model(cfg, 1), **GUARD)
+    seen = []
+
+    def decide(rt, ins, choice, mixed, tuned):
+        seen.append(choice)
+        return prefers
+
+    monkeypatch.setattr(safeguard, "prefers_finetuned", decide)
+    own, received = safeguard.own_model(context, 0), _model(cfg, 4)
+    reply = _evaluate(context, received, finetune_epochs=1, **GUARD)
+    assert len(seen) == 1 and len(seen[0].score) == 2  # the chosen mix's held-out score
+    assert reply.safeguard_finetuned == float(prefers)
+    rt = _runtime(context)
+    mixed = rt.model(ArrayRecord(safeguard.mix(own.to_torch_state_dict(),
+                                               received.to_torch_state_dict(), seen[0].weight)))
+    x, y = rt.tensors("test")
+    mix_accuracy = evaluate_model(mixed, x, y, 32).accuracy
+    assert reply.accuracy == pytest.approx(reply.finetuned_accuracy if prefers else mix_accuracy)
+    assert safeguard.own_model(context, 0) is not own  # fine-tuned either way: the own model

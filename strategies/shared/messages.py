@@ -117,6 +117,8 @@ class EvaluateReply(Record):
     finetuned_correct: float | None = Field(None, ge=0)
     finetuned_accuracy: float | None = Field(None, ge=0.0, le=1.0)
     safeguard_own: float | None = Field(None, ge=0.0, le=1.0)  # the own model's weight in the mix used
+    # 1 where the client answers with the fine-tuned mix (its held-out slice preferred it), else 0
+    safeguard_finetuned: float | None = Field(None, ge=0.0, le=1.0)
     # with a margin: per grid weight a < 1, the summed held-out gains of the mix over the received
     # model, and their squares (strategies/shared/evidence.py), for the server to pool
     safeguard_gains: list[float] | None = None
