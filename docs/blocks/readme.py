@@ -99,17 +99,22 @@ class Row:
 SG = "method-safeguard/"  # the method tables re-run with the per-client safeguard (a shipped default)
 ROWS = (
     Row("groups with disjoint labels (`{partition}`, {num-clients} clients, {num-clusters} groups, "
-        "{num-rounds} rounds)", (f"{SG}flt-label-clusters-m50-safeguard", "flt-label-clusters-m50-defaults",
+        "{num-rounds} rounds)", (f"{SG}flt-label-clusters-m50-answer", f"{SG}flt-label-clusters-m50-safeguard",
+                                  "flt-label-clusters-m50-defaults",
                                   "flt-label-clusters-m50"), "ari"),
     Row("the default job ({num-clients} clients, {num-clusters} groups, {num-rounds} rounds)",
         ("default-job",), "default"),
     Row("2 labels per client (`{partition}` q={shards-per-client}, {num-clients} clients, "
-        "{num-rounds} rounds)", (f"{SG}fedska-mnist-shards-q2-k100-safeguard-eg1",
+        "{num-rounds} rounds)", (f"{SG}fedska-mnist-shards-q2-k100-answer",
+                                 f"{SG}sfl-mnist-shards-q2-k100-answer",
+                                 f"{SG}fedska-mnist-shards-q2-k100-safeguard-eg1",
                                  f"{SG}sfl-mnist-shards-q2-k100-safeguard",
                                  "fedska-mnist-shards-q2-k100-defaults", "sfl-mnist-shards-q2-k100-defaults",
                                  "sfl-mnist-shards-q2-k100", "fedska-mnist-shards-q2-k100")),
     Row("mild label skew (`{partition}` q={shards-per-client}, {num-clients} clients, "
-        "{num-rounds} rounds)", (f"{SG}fedska-mnist-shards-q10-k100-safeguard-eg1",
+        "{num-rounds} rounds)", (f"{SG}fedska-mnist-shards-q10-k100-answer",
+                                 f"{SG}sfl-mnist-shards-q10-k100-answer",
+                                 f"{SG}fedska-mnist-shards-q10-k100-safeguard-eg1",
                                  f"{SG}sfl-mnist-shards-q10-k100-safeguard",
                                  "fedska-mnist-shards-q10-k100-defaults", "sfl-mnist-shards-q10-k100-defaults",
                                  "sfl-mnist-shards-q10-k100", "fedska-mnist-shards-q10-k100")),
@@ -117,7 +122,7 @@ ROWS = (
 # (shipped defaults: the safeguard with the federation weight and FLT's structure check; the check
 # without the federation weight; the thresholded graph with the safeguard; neither; FLT's reference
 # absolute threshold)
-UNSTRUCTURED = tuple((f"{SG}flt-{name}-m50-pooled", f"{SG}flt-{name}-m50-structure",
+UNSTRUCTURED = tuple((f"{SG}flt-{name}-m50-answer", f"{SG}flt-{name}-m50-structure",
                       f"{SG}flt-{name}-m50-safeguard", f"flt-{name}-m50-defaults", f"flt-{name}-m50")
                      for name in ("iid", "dirichlet1"))
 STYLES = ("fedcg-styles-k1-defaults", "fedcg-styles-k2-b16")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from docs.blocks import block
 from docs.blocks.data import num, raw, signed, table
-from docs.blocks.flt import default_run
+from docs.blocks.flt import default_run, mix_run
 
 TOLERANCE = 0.5  # points below the best baseline a graph method may end
 GAIN, HEADROOM = 2.0, 4.0  # where clients share structure: + GAIN wherever the best leaves HEADROOM
@@ -70,16 +70,18 @@ def no_regret_targets(prefix: str) -> str:
     )
 
 
-# (earlier defaults, safeguard re-run) of the committed method tables; the re-run ran the graph
-# methods (FLT's tables FedAvg too, as they had no fine-tuning before; FLT's with its structure check and,
-# without groups, the safeguard margin)
+# (earlier defaults, the safeguard answering with its mix, the shipped default, title) of the
+# committed method tables; the re-runs ran the graph methods (FLT's tables FedAvg too, as they had no
+# fine-tuning before; FLT's with its structure check and, without groups, the federation weight)
 METHOD_TABLES = [
     *[(f"sfl-mnist-shards-q{q}-k100-defaults", f"method-safeguard/sfl-mnist-shards-q{q}-k100-safeguard",
-       f"shards q={q}, 100 clients, 20 rounds") for q in (2, 5, 10)],
+       f"method-safeguard/sfl-mnist-shards-q{q}-k100-answer", f"shards q={q}, 100 clients, 20 rounds")
+      for q in (2, 5, 10)],
     *[(f"fedska-mnist-shards-q{q}-k100-defaults",
        f"method-safeguard/fedska-mnist-shards-q{q}-k100-safeguard-eg1",
-       f"shards q={q}, 100 clients, 20 rounds") for q in (2, 5, 10)],
-    *[(f"flt-{name}-m50-defaults", default_run(name), title)
+       f"method-safeguard/fedska-mnist-shards-q{q}-k100-answer", f"shards q={q}, 100 clients, 20 rounds")
+      for q in (2, 5, 10)],
+    *[(f"flt-{name}-m50-defaults", mix_run(name), default_run(name), title)
       for name, title in (("label-clusters", "label-clusters, 50 clients, 50 rounds, ρ = 0.2"),
                           ("dirichlet1", "Dirichlet α = 1, 50 clients, 50 rounds, ρ = 0.2"),
                           ("iid", "iid, 50 clients, 50 rounds, ρ = 0.2"))],
@@ -89,19 +91,55 @@ METHOD_TABLES = [
 @block("safeguard-method-tables")
 def method_tables(prefix: str) -> str:
     """The committed method tables: each graph method with the earlier defaults (the paper's
-    behaviour) beside the safeguard, and the best baseline of either run."""
+    behaviour), with the safeguard answering with its mix, and with the shipped default (the
+    held-out slice picks the mix or its fine-tuned version), and the best baseline of any run."""
     from docs.blocks.data import compare
 
     rows = []
-    for old_name, new_name, title in METHOD_TABLES:
-        old, new = compare(old_name), compare(new_name)
-        base = {**old.baselines(), **new.baselines()}
+    for old_name, mix_name, new_name, title in METHOD_TABLES:
+        old, mixed, new = compare(old_name), compare(mix_name), compare(new_name)
+        for method in mixed.methods:
+            if method not in ("fedavg", "local") and new.ft(method) != mixed.ft(method):
+                raise ValueError(f"docs: {new_name} and {mix_name} differ in {method}'s fine-tuned "
+                                 "models: the answer rule alone should separate them")
+        base = {**old.baselines(), **mixed.baselines(), **new.baselines()}
         best = max(base, key=base.get)
         for method in new.methods:
             if method in ("fedavg", "local"):
                 continue
-            rows.append([title, method, num(old.pers(method)), num(new.pers(method)),
-                         num(new.ft(method)), f"{best} {num(base[best])}",
-                         signed(new.pers(method) - base[best])])
-    return table(["run", "method", "safeguard off (earlier default)", "safeguard", "safeguard +FT",
-                  "best baseline", "Δ (safeguard)"], rows, "llrrrlr")
+            rows.append([title, method, num(old.pers(method)), num(mixed.pers(method)),
+                         num(new.pers(method)), num(new.ft(method)), f"{best} {num(base[best])}",
+                         signed(mixed.pers(method) - base[best]), signed(new.pers(method) - base[best])])
+    return table(["run", "method", "safeguard off (earlier default)", "safeguard, the mix answers",
+                  "safeguard (default)", "safeguard +FT", "best baseline", "Δ (the mix answers)",
+                  "Δ (default)"], rows, "llrrrrlrr")
+
+
+# the suite parts of the graph methods with the safeguard answering with its mix (before the
+# held-out slice also chose between the mix and its fine-tuned version), and with the default
+ANSWER_MIX = {"sfl": "suite/safeguard", "sfl-star": "suite/safeguard", "fedu": "suite/safeguard",
+              "fedska": "suite/fedska-eg1", "flt": "suite/flt-pooled"}
+ANSWER_DEFAULT = ("suite/answer-a", "suite/answer-b")
+
+
+@block("safeguard-answer")
+def answer_rule(prefix: str) -> str:
+    """Per graph method and suite cell: Δ with the mix answering and with the default, on the same
+    runs (the fine-tuned rows of the two agree to the digit: only the answer differs)."""
+    from docs.blocks.data import suite
+
+    now = suite(*ANSWER_DEFAULT, baselines_from=("suite",))
+    cells = now.cells()
+    rows = []
+    for method, folder in ANSWER_MIX.items():
+        before = suite(folder, baselines_from=("suite",))
+        for cell in cells:
+            for seed in now.seeds(*cell, method + "+FT"):
+                a = before.row(*cell, seed, method + "+FT")["mean"]
+                b = now.row(*cell, seed, method + "+FT")["mean"]
+                if abs(a - b) > 1e-9:
+                    raise ValueError(f"docs: {folder} and the default parts differ in {method}+FT on "
+                                     f"{cell[0]} ρ={cell[1]:g} seed {seed}")
+        for label, source in ((f"{method}, the mix answers", before), (method, now)):
+            rows.append([label, *(signed(source.delta(*cell, method)) for cell in cells)])
+    return table(["row", *(f"{s} ρ={rho:g}" for s, rho in cells)], rows, "l" + "r" * len(cells))
