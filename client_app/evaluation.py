@@ -44,6 +44,14 @@ def result_fields(result: Evaluation, prefix: str = "") -> dict[str, float]:
     return fields
 
 
+def _finetune(model, x, y, ins: EvaluateInstructions, client: int) -> None:
+    """The evaluation's `finetune-epochs` local epochs on (x, y), in place (the same seeded batch
+    order for the global model and for the safeguard's chosen mix)."""
+    train_epochs(model, x, y, epochs=ins.finetune_epochs, batch_size=ins.batch_size, lr=ins.lr,
+                 momentum=ins.momentum,
+                 generator=seeded_generator(ins.seed, client, ins.server_round, 7))
+
+
 def evaluate(message: Message, context: Context) -> Message:
     rt = client_runtime(message, context)
     ins = EvaluateInstructions.read(message.content[CONFIG])
@@ -56,12 +64,7 @@ def evaluate(message: Message, context: Context) -> Message:
         used = test_model(model, x_test, y_test, ins.batch_size, scale)
         fields.update(result_fields(used, "global_"))
         if ins.finetune_epochs > 0 and not (safeguard.enabled(ins) and PERSONAL in message.content):
-            x, y = rt.tensors("train")
-            train_epochs(
-                model, x, y, epochs=ins.finetune_epochs, batch_size=ins.batch_size, lr=ins.lr,
-                momentum=ins.momentum,
-                generator=seeded_generator(ins.seed, rt.client_id, ins.server_round, 7),
-            )
+            _finetune(model, *rt.tensors("train"), ins, rt.client_id)
             tuned = test_model(model, x_test, y_test, ins.batch_size, scale)
             fields.update(result_fields(tuned, "finetuned_"))
     if PERSONAL in message.content:
@@ -77,12 +80,7 @@ def evaluate(message: Message, context: Context) -> Message:
                 fields["safeguard_gains"] = list(choice.gains)
                 fields["safeguard_squares"] = list(choice.squares)
             if ins.finetune_epochs > 0:  # the used model + local epochs, as global + local epochs
-                x, y = safeguard.training_tensors(rt, ins)
-                train_epochs(
-                    model, x, y, epochs=ins.finetune_epochs, batch_size=ins.batch_size, lr=ins.lr,
-                    momentum=ins.momentum,
-                    generator=seeded_generator(ins.seed, rt.client_id, ins.server_round, 7),
-                )
+                _finetune(model, *safeguard.training_tensors(rt, ins), ins, rt.client_id)
                 tuned = test_model(model, x_test, y_test, ins.batch_size, scale)
                 fields.update(result_fields(tuned, "finetuned_"))
                 # the client answers with the fine-tuned model where its held-out slice prefers it

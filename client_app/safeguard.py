@@ -38,7 +38,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -68,6 +68,10 @@ class Choice:
     # the chosen mix's score on the held-out slice, larger is better ([accuracy, −loss];
     # regression: [−loss]); empty where nothing was tested (no own model yet)
     score: tuple[float, ...] = ()
+    # its per-sample result on the slice where this call tested it (None when it came from the
+    # cache); not kept between messages
+    held: tuple[torch.Tensor, torch.Tensor | None] | None = field(default=None, compare=False,
+                                                                  repr=False)
 
     @property
     def own_weight(self) -> float:
@@ -214,7 +218,8 @@ def prefers_finetuned(rt: ClientRuntime, ins, choice: Choice, mixed: ArrayRecord
     margin = float(getattr(ins, "safeguard_margin", None) or 0.0)
     if margin <= 0.0:
         return tuple(_summary(result)) >= choice.score
-    gain = _gain(result, _per_sample(rt.model(mixed), xv, yv, ins.batch_size))
+    held = choice.held or _per_sample(rt.model(mixed), xv, yv, ins.batch_size)
+    gain = _gain(result, held)
     return clearly_better(float(gain.sum()), float((gain**2).sum()), margin)
 
 
@@ -256,6 +261,7 @@ def _search(rt: ClientRuntime, context: Context, ins, own: ArrayRecord,
         return _per_sample(model, xv, yv, ins.batch_size)
 
     best, best_key = None, None
+    fresh = {}  # digest -> the decision's per-sample result, for the models tested in this call
     for name, record in received.items():
         digest = _digest(record)
         if digest not in scores:  # [a, score...] of the decision for this model
@@ -278,11 +284,13 @@ def _search(rt: ClientRuntime, context: Context, ins, own: ArrayRecord,
                                                            float((gain**2).sum()), margin):
                     top = reference
             scores[digest] = [top, *_summary(tested[top])]
+            fresh[digest] = tested[top]
         a, *value = scores[digest]
         candidate = (*value, a)
         if best_key is None or candidate > best_key:  # strict: an equal key keeps the earlier model
             best = Choice(name, float(a), tuple(scores.get(digest + ".gains", ())),
-                          tuple(scores.get(digest + ".squares", ())), tuple(value))
+                          tuple(scores.get(digest + ".squares", ())), tuple(value),
+                          fresh.get(digest))
             best_key = candidate
     context.state[key] = ConfigRecord(scores)
     return best

@@ -327,6 +327,11 @@ def test_with_a_margin_the_fine_tuned_model_answers_only_if_clearly_better(node)
     # the useless model fine-tuned against a good mix: worse, so the mix answers
     assert not safeguard.prefers_finetuned(rt, consensus, anything, good,
                                            rt.model(ArrayRecord(useless)))
+    # the mix's per-sample result that the choice carries is used, not counted again
+    xv, yv = safeguard.held_out(rt, consensus)
+    carried = safeguard.Choice(PERSONAL, 1.0, score=(1.0, 0.0), held=safeguard._per_sample(
+        rt.model(ArrayRecord(useless)), xv, yv, 32))
+    assert safeguard.prefers_finetuned(rt, consensus, carried, good, rt.model(good))
 
 
 @pytest.mark.parametrize("prefers", [True, False])
@@ -343,6 +348,7 @@ def test_the_evaluation_reports_the_model_the_held_out_slice_chose(node, monkeyp
     own, received = safeguard.own_model(context, 0), _model(cfg, 4)
     reply = _evaluate(context, received, finetune_epochs=1, **GUARD)
     assert len(seen) == 1 and len(seen[0].score) == 2  # the chosen mix's held-out score
+    assert seen[0].held is not None and len(seen[0].held[0]) == _held(context)  # tested just now
     assert reply.safeguard_finetuned == float(prefers)
     rt = _runtime(context)
     mixed = rt.model(ArrayRecord(safeguard.mix(own.to_torch_state_dict(),
@@ -350,4 +356,5 @@ def test_the_evaluation_reports_the_model_the_held_out_slice_chose(node, monkeyp
     x, y = rt.tensors("test")
     mix_accuracy = evaluate_model(mixed, x, y, 32).accuracy
     assert reply.accuracy == pytest.approx(reply.finetuned_accuracy if prefers else mix_accuracy)
-    assert safeguard.own_model(context, 0) is not own  # fine-tuned either way: the own model
+    after = safeguard.own_model(context, 0).to_torch_state_dict()  # fine-tuned either way: the own
+    assert any(not torch.equal(own.to_torch_state_dict()[k], after[k]) for k in after)  # model

@@ -203,6 +203,15 @@ def compare(name: str) -> Comparison:
     return Comparison(name, data)
 
 
+def expect_same_training(a: Comparison, b: Comparison, methods: Iterable[str]) -> None:
+    """Fail unless `a` and `b` report the same fine-tuned result for each of `methods`: runs that
+    differ only in which model a client answers with (the safeguard's answer) train the same models."""
+    for method in methods:
+        if a.ft(method) != b.ft(method):
+            raise ValueError(f"docs: {a.name} and {b.name} differ in {method}'s fine-tuned models: "
+                             "only the answer should separate them")
+
+
 # --- benchmarks.suite ------------------------------------------------------------------------------
 def baselines_of(label: str) -> tuple[str, ...]:
     """The baseline rows a suite row's Δ is taken against, as `benchmarks.suite` takes them:
