@@ -143,14 +143,17 @@ def test_superlink_machine_crash_then_resume_equals_an_uninterrupted_run(federat
     config = config_for(method, tmp_path)
     directory = tmp_path / method
     node_log = federation.procs["supernode-0"].log
+
+    def train_messages() -> int:
+        return len(re.findall("Receiving: train", node_log.read_text()))
+
+    before = train_messages()  # counted before the run: round 2's may arrive with round 1's checkpoint
     thread, result = in_background(federation, config)
     try:
         wait_until(lambda: (directory / "checkpoints" / "round-00001.ckpt").exists(),
                    "round 1's checkpoint")
-        if in_flight:  # round 2's train messages are being worked on at the crash
-            seen = len(re.findall("Receiving: train", node_log.read_text()))
-            wait_until(lambda: len(re.findall("Receiving: train", node_log.read_text())) > seen,
-                       "a round-2 train message")
+        if in_flight:  # round 2's train message (one per round and node) is being worked on
+            wait_until(lambda: train_messages() >= before + 2, "a round-2 train message")
         crash_superlink_machine(federation)
         assert max(recorded(directory)) < ROUNDS and (directory / LOCK_NAME).exists()  # dead owner's
         rejoined = restart_and_rejoin(federation)
