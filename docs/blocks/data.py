@@ -212,6 +212,13 @@ def expect_same_training(a: Comparison, b: Comparison, methods: Iterable[str]) -
                              "only the answer should separate them")
 
 
+def expect_run_setting(run: Comparison, key: str, value: Any) -> None:
+    """Fail unless the comparison `run` ran with `key` = `value`: a column labelled by the setting
+    it varies cannot keep that label over a run made with another."""
+    if run.settings.get(key) != value:
+        raise ValueError(f"docs: {run.name} ran with {key} = {run.settings.get(key)!r}, not {value!r}")
+
+
 # --- benchmarks.suite ------------------------------------------------------------------------------
 def baselines_of(label: str) -> tuple[str, ...]:
     """The baseline rows a suite row's Δ is taken against, as `benchmarks.suite` takes them:

@@ -4,8 +4,8 @@ cost at scale."""
 from __future__ import annotations
 
 from docs.blocks import block
-from docs.blocks.data import (MISSING, NOT_RECORDED, compare, expect_same_training, expect_setting,
-                              joined, num, pct, raw, signed, span, suite, table, times)
+from docs.blocks.data import (MISSING, NOT_RECORDED, compare, expect_run_setting, expect_same_training,
+                              expect_setting, joined, num, pct, raw, signed, span, suite, table, times)
 from strategies.methods.flt.settings import FLTSection
 
 DIAG = "suite/diagnosis"
@@ -73,7 +73,7 @@ def defaults(prefix: str) -> str:
 def _structure_measurement() -> str:
     parts = []
     for name, title in STRUCTURE_RUNS:
-        kept = compare(f"method-safeguard/flt-{name}-m50-safeguard")
+        kept = compare(variant_run(name, "keep"))
         checked = compare(default_run(name))
         parts.append(f"{title} {num(checked.pers('flt'))} (keep: {num(kept.pers('flt'))}; FedAvg "
                      f"{num(checked.pers('fedavg'))})")
@@ -273,17 +273,24 @@ def mix_run(name: str, seed: int = 0) -> str:
 
 def default_run(name: str, seed: int = 0) -> str:
     """The 50-client run of STRUCTURE_RUNS' `name` with the shipped defaults."""
-    return f"method-safeguard/flt-{name}-m50-answer{f'-seed{seed}' if seed else ''}"
+    return variant_run(name, "answer", seed)
+
+
+def variant_run(name: str, variant: str, seed: int = 0) -> str:
+    """The 50-client run of STRUCTURE_RUNS' `name` with the shipped defaults but `variant`'s
+    settings (its command names them): `keep` flt.no-structure=keep, `no-weight`
+    safeguard-margin=0 (no federation weight), `holdout005` safeguard-holdout=0.05,
+    `structure-safeguard-off` safeguard=off; `answer` the defaults themselves."""
+    return f"method-safeguard/flt-{name}-m50-{variant}{f'-seed{seed}' if seed else ''}"
 
 
 # (title, the run with flt.no-structure=keep, the run with the defaults, the structure check without
 # the margin and federation weight or None, with the safeguard off or None), all with the safeguard
 # unless named
 STRUCTURE_TABLES = (
-    *((f"{title}, 50 clients, ρ = 0.2, 50 rounds", f"method-safeguard/flt-{name}-m50-safeguard",
-       default_run(name),
-       f"method-safeguard/flt-{name}-m50-structure" if name in MARGIN_RUNS else None,
-       f"method-safeguard/flt-{name}-m50-structure-safeguard-off" if name in MARGIN_RUNS else None)
+    *((f"{title}, 50 clients, ρ = 0.2, 50 rounds", variant_run(name, "keep"), default_run(name),
+       variant_run(name, "no-weight") if name in MARGIN_RUNS else None,
+       variant_run(name, "structure-safeguard-off") if name in MARGIN_RUNS else None)
       for name, title in STRUCTURE_RUNS),
     ("domains 0° / 180°, 20 clients, ρ = 0.2, 20 rounds", "flt-domains2-rho0.2-keep",
      "flt-domains2-rho0.2-answer", "flt-domains2-rho0.2-no-weight", None),
@@ -299,6 +306,11 @@ def structure_tables(prefix: str) -> str:
         kept, checked = compare(keep_name), compare(default_name)
         plain = compare(plain_name) if plain_name else None
         off = compare(off_name) if off_name else None
+        expect_run_setting(kept, "flt.no-structure", "keep")
+        if plain is not None:
+            expect_run_setting(plain, "safeguard-margin", 0.0)
+        if off is not None:
+            expect_run_setting(off, "safeguard", "off")
         report = checked.get("flt", "flt")
         base = checked.baselines()
         best = max(base, key=base.get)
@@ -317,17 +329,14 @@ def structure_tables(prefix: str) -> str:
                   "best baseline", "Δ (default)", "Δ (+FT)"), rows, "lrrrrrrllrr")
 
 
-# (title, seed, the run with the defaults, the same with the mix answering, the earlier runs with
-# and without the federation weight, the earlier run with safeguard-holdout 0.05 or None) of the
-# 50-client tables without groups: seed 0 is the committed table, seed 1 a second draw of data and
-# sampling; the earlier runs answered with the mix and predate the review that made the runner send
-# the margin (their fine-tuned rows differ from the re-runs' by a few tenths)
+# (title, seed, the run with the defaults, the same with the mix answering, the run without the
+# federation weight, the run with safeguard-holdout 0.05 or None) of the 50-client tables without
+# groups: seed 0 is the committed table, seed 1 a second draw of data and sampling
 WEIGHT_SEEDS = tuple(
-    (title, seed, default_run(name, seed), mix_run(name, seed),
-     f"method-safeguard/flt-{name}-m50-pooled{suffix}", f"method-safeguard/flt-{name}-m50-structure{suffix}",
-     None if seed else f"method-safeguard/flt-{name}-m50-pooled-holdout005")
+    (title, seed, default_run(name, seed), mix_run(name, seed), variant_run(name, "no-weight", seed),
+     None if seed else variant_run(name, "holdout005"))
     for name, title in STRUCTURE_RUNS if name in MARGIN_RUNS
-    for seed, suffix in ((0, ""), (1, "-seed1")))
+    for seed in (0, 1))
 
 
 LATE_ROUNDS = 10
@@ -353,26 +362,26 @@ def federation_weight_seeds(prefix: str) -> str:
     """FLT on the complete graph with and without the federation weight, against FedAvg and
     FedAvg+FT of the same run, on two seeds."""
     rows = []
-    for title, seed, default_name, mix_name, pooled_name, plain_name, half_name in WEIGHT_SEEDS:
-        run, mixed = compare(default_name), compare(mix_name)
-        pooled, plain = compare(pooled_name), compare(plain_name)
+    for title, seed, default_name, mix_name, plain_name, half_name in WEIGHT_SEEDS:
+        run, mixed, plain = compare(default_name), compare(mix_name), compare(plain_name)
         half = compare(half_name) if half_name else None
-        if half is not None and half.settings.get("safeguard-holdout") != 0.05:
-            raise ValueError(f"docs: {half_name} did not run with safeguard-holdout = 0.05")
+        if half is not None:
+            expect_run_setting(half, "safeguard-holdout", 0.05)
+        expect_run_setting(plain, "safeguard-margin", 0.0)
         expect_same_training(run, mixed, ("flt",))
-        for name, result in ((default_name, run), (mix_name, mixed), (pooled_name, pooled),
-                             (plain_name, plain)):
-            if result.settings.get("seed") != seed:
+        for name, result in ((default_name, run), (mix_name, mixed), (plain_name, plain),
+                             (half_name, half)):
+            if result is not None and result.settings.get("seed") != seed:
                 raise ValueError(f"docs: {name} ran with seed {result.settings.get('seed')}, not {seed}")
         flt_ft = run.ft("flt")
         best = max(run.baselines().values())
         rows.append((title, str(seed), num(run.pers("flt")), num(mixed.pers("flt")), num(flt_ft),
                      num(run.pers("fedavg")), num(run.ft("fedavg")), signed(run.pers("flt") - best),
                      signed(mixed.pers("flt") - best), signed(late_gap(run)), num(plain.pers("flt")),
-                     "—" if half is None else num(half.pers("flt")),
-                     signed(pooled.pers("flt") - plain.pers("flt"))))
+                     signed(run.pers("flt") - plain.pers("flt")),
+                     "—" if half is None else num(half.pers("flt"))))
     return table(("run", "seed", "FLT (default)", "FLT, the mix answers", "FLT +FT", "FedAvg",
                   "FedAvg+FT", "Δ (default)", "Δ (the mix answers)",
                   f"Δ (default), mean of the last {LATE_ROUNDS} rounds",
-                  "earlier: without the federation weight", "earlier: held-out 5 %",
-                  "earlier: gain of the weight"), rows, "lrrrrrrrrrrrr")
+                  "without the federation weight", "gain of the weight", "held-out 5 %"), rows,
+                 "lrrrrrrrrrrrr")

@@ -99,7 +99,7 @@ class Row:
 SG = "method-safeguard/"  # the method tables re-run with the per-client safeguard (a shipped default)
 ROWS = (
     Row("groups with disjoint labels (`{partition}`, {num-clients} clients, {num-clusters} groups, "
-        "{num-rounds} rounds)", (f"{SG}flt-label-clusters-m50-answer", f"{SG}flt-label-clusters-m50-safeguard",
+        "{num-rounds} rounds)", (f"{SG}flt-label-clusters-m50-answer", f"{SG}flt-label-clusters-m50-keep",
                                   "flt-label-clusters-m50-defaults",
                                   "flt-label-clusters-m50"), "ari"),
     Row("the default job ({num-clients} clients, {num-clusters} groups, {num-rounds} rounds)",
@@ -122,8 +122,8 @@ ROWS = (
 # (shipped defaults: the safeguard with the federation weight and FLT's structure check; the check
 # without the federation weight; the thresholded graph with the safeguard; neither; FLT's reference
 # absolute threshold)
-UNSTRUCTURED = tuple((f"{SG}flt-{name}-m50-answer", f"{SG}flt-{name}-m50-structure",
-                      f"{SG}flt-{name}-m50-safeguard", f"flt-{name}-m50-defaults", f"flt-{name}-m50")
+UNSTRUCTURED = tuple((f"{SG}flt-{name}-m50-answer", f"{SG}flt-{name}-m50-no-weight",
+                      f"{SG}flt-{name}-m50-keep", f"flt-{name}-m50-defaults", f"flt-{name}-m50")
                      for name in ("iid", "dirichlet1"))
 STYLES = ("fedcg-styles-k1-defaults", "fedcg-styles-k2-b16")
 ROTATED = "fedcg-rotated-mnist-defaults"
