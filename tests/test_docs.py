@@ -206,6 +206,15 @@ def test_the_check_catches_a_number_that_is_not_in_the_cited_json():
         f"README.md: {sfl - 0.06:.2f} in {wrong[:60]}…"]
 
 
+def test_a_readme_row_refuses_to_cite_a_run_that_supplies_none_of_its_numbers():
+    from docs.blocks.readme import _values
+
+    answer = "method-safeguard/flt-label-clusters-m50-answer"  # FLT and FedAvg
+    assert set(_values((answer, "flt-label-clusters-m50"))) == {"flt", "fedavg", "ifca", "fedsem"}
+    with pytest.raises(ValueError, match="flt-label-clusters-m50-keep"):  # FLT only: shadowed
+        _values((answer, "method-safeguard/flt-label-clusters-m50-keep"))
+
+
 def test_the_readme_is_short_and_links_a_page_for_every_moved_section():
     text = README.read_text()
     assert len(text.splitlines()) <= README_MAX_LINES

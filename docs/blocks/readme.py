@@ -99,24 +99,18 @@ class Row:
 SG = "method-safeguard/"  # the method tables re-run with the per-client safeguard (a shipped default)
 ROWS = (
     Row("groups with disjoint labels (`{partition}`, {num-clients} clients, {num-clusters} groups, "
-        "{num-rounds} rounds)", (f"{SG}flt-label-clusters-m50-answer", f"{SG}flt-label-clusters-m50-keep",
-                                  "flt-label-clusters-m50-defaults",
-                                  "flt-label-clusters-m50"), "ari"),
+        "{num-rounds} rounds)", (f"{SG}flt-label-clusters-m50-answer", "flt-label-clusters-m50"), "ari"),
     Row("the default job ({num-clients} clients, {num-clusters} groups, {num-rounds} rounds)",
         ("default-job",), "default"),
     Row("2 labels per client (`{partition}` q={shards-per-client}, {num-clients} clients, "
         "{num-rounds} rounds)", (f"{SG}fedska-mnist-shards-q2-k100-answer",
                                  f"{SG}sfl-mnist-shards-q2-k100-answer",
-                                 f"{SG}fedska-mnist-shards-q2-k100-safeguard-eg1",
-                                 f"{SG}sfl-mnist-shards-q2-k100-safeguard",
-                                 "fedska-mnist-shards-q2-k100-defaults", "sfl-mnist-shards-q2-k100-defaults",
+                                 "fedska-mnist-shards-q2-k100-defaults",
                                  "sfl-mnist-shards-q2-k100", "fedska-mnist-shards-q2-k100")),
     Row("mild label skew (`{partition}` q={shards-per-client}, {num-clients} clients, "
         "{num-rounds} rounds)", (f"{SG}fedska-mnist-shards-q10-k100-answer",
                                  f"{SG}sfl-mnist-shards-q10-k100-answer",
-                                 f"{SG}fedska-mnist-shards-q10-k100-safeguard-eg1",
-                                 f"{SG}sfl-mnist-shards-q10-k100-safeguard",
-                                 "fedska-mnist-shards-q10-k100-defaults", "sfl-mnist-shards-q10-k100-defaults",
+                                 "fedska-mnist-shards-q10-k100-defaults",
                                  "sfl-mnist-shards-q10-k100", "fedska-mnist-shards-q10-k100")),
 )
 # (shipped defaults: the safeguard with the federation weight and FLT's structure check; the check
@@ -131,13 +125,17 @@ TRAFFIC = "traffic-synthetic"
 
 
 def _values(files: tuple[str, ...]) -> dict[str, tuple[float, float | None]]:
-    """method -> (personalized mean, FedAvg's "+ local epochs" mean), first file first."""
+    """method -> (personalized mean, FedAvg's "+ local epochs" mean), first file first; every file
+    must supply a method (a row cites only the runs its numbers come from)."""
     out: dict[str, tuple[float, float | None]] = {}
     for name in files:
         c = compare(name)
-        for m in c.methods:
-            if m not in out and (c.final(m, "personalized") or {}).get("mean") is not None:
-                out[m] = (c.pers(m), c.ft(m))
+        supplied = [m for m in c.methods
+                    if m not in out and (c.final(m, "personalized") or {}).get("mean") is not None]
+        if not supplied:
+            raise ValueError(f"docs: README row cites {name}, but earlier runs of the row supply all "
+                             "of its methods")
+        out.update((m, (c.pers(m), c.ft(m))) for m in supplied)
     return out
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from docs.blocks import block
-from docs.blocks.data import num, raw, signed, table
+from docs.blocks.data import compare, expect_same_training, num, raw, signed, suite, table
 from docs.blocks.flt import default_run, mix_run
 
 TOLERANCE = 0.5  # points below the best baseline a graph method may end
@@ -93,8 +93,6 @@ def method_tables(prefix: str) -> str:
     """The committed method tables: each graph method with the earlier defaults (the paper's
     behaviour), with the safeguard answering with its mix, and with the shipped default (the
     held-out slice picks the mix or its fine-tuned version), and the best baseline of any run."""
-    from docs.blocks.data import compare, expect_same_training
-
     rows = []
     for old_name, mix_name, new_name, title in METHOD_TABLES:
         old, mixed, new = compare(old_name), compare(mix_name), compare(new_name)
@@ -123,8 +121,6 @@ ANSWER_DEFAULT = ("suite/answer-a", "suite/answer-b")
 def answer_rule(prefix: str) -> str:
     """Per graph method and suite cell: Δ with the mix answering and with the default, on the same
     runs (the fine-tuned rows of the two agree to the digit: only the answer differs)."""
-    from docs.blocks.data import suite
-
     now = suite(*ANSWER_DEFAULT, baselines_from=("suite",))
     cells = now.cells()
     rows = []
