@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from benchmarks.suite import GRAPH_METHODS
 from docs.blocks import block
-from docs.blocks.data import compare, expect_same_training, num, raw, signed, suite, table
+from docs.blocks.data import compare, expect_same_training, num, signed, suite, table
 from docs.blocks.flt import default_run, mix_run
 
 TOLERANCE = 0.5  # points below the best baseline a graph method may end
@@ -11,46 +12,19 @@ GAIN, HEADROOM = 2.0, 4.0  # where clients share structure: + GAIN wherever the 
 STRUCTURED = ("label-clusters", "domains")
 
 
-def _suite():
-    from benchmarks import suite as module
-
-    stored = raw("suite/suite")
-    results = []
-    for item in stored["results"]:
-        item = dict(item, curve=[tuple(p) for p in item["curve"]],
-                    cumulative_bytes=[tuple(p) for p in item["cumulative_bytes"]])
-        results.append(module.CellResult(**item))
-    cells = [(s, rho) for s in stored["settings"] for rho in stored["rhos"]]
-    return module, results, cells
-
-
-def _best_baseline(module, results, setting: str, rho: float) -> float | None:
-    """Seed mean of max(FedAvg, FedAvg+FT, Local) on a cell."""
-    seeds = sorted({r.seed for r in results if r.setting == setting and r.rho == rho})
-    values = []
-    for seed in seeds:
-        base = [r.mean for r in results if r.setting == setting and r.rho == rho and r.seed == seed
-                and r.label in module.BASELINES and r.mean is not None]
-        if base:
-            values.append(max(base))
-    return sum(values) / len(values) if values else None
-
-
 @block("no-regret-targets")
 def no_regret_targets(prefix: str) -> str:
     """Per graph-method row of the suite: its worst Δ, the cells within the tolerance, and the
     structured cells with headroom where it gains + GAIN."""
-    module, results, cells = _suite()
-    labels = []
-    for r in results:
-        if r.method in module.GRAPH_METHODS and r.label not in labels:
-            labels.append(r.label)
-    headroom = {c: _best_baseline(module, results, *c) for c in cells}
+    committed = suite("suite")
+    cells = committed.cells()
+    labels = list(dict.fromkeys(r["label"] for r in committed.rows() if r["method"] in GRAPH_METHODS))
+    headroom = {c: committed.best_baseline(*c) for c in cells}
     roomy = [c for c in cells if c[0] in STRUCTURED and headroom[c] is not None
              and 100.0 - headroom[c] >= HEADROOM]
     rows = []
     for label in labels:
-        deltas = {c: module.delta_vs_baselines(results, c[0], c[1], label) for c in cells}
+        deltas = {c: committed.delta(*c, label) for c in cells}
         known = {c: d for c, d in deltas.items() if d is not None}
         if not known:
             continue
