@@ -26,8 +26,10 @@ def train_and_reply(
         momentum=ins.momentum, generator=seeded_generator(ins.seed, rt.client_id, ins.server_round),
         penalty=penalty,
     )
+    examples = len(y)
     if context is not None:
         safeguard.keep_own(context, rt.client_id, model, ins)
-    reply = TrainReply(num_examples=len(y), train_loss=loss, cuda=rt.on_cuda)
+        examples += safeguard.train_on_slice(rt, context, model, ins)
+    reply = TrainReply(num_examples=examples, train_loss=loss, cuda=rt.on_cuda)
     return Message(RecordDict({record: model_record(model), METRICS: reply.metrics()}),
                    reply_to=message)

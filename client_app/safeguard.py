@@ -46,11 +46,14 @@ import torch.nn.functional as F
 from flwr.app import ArrayRecord, ConfigRecord, Context
 
 from client_app.runtime import ClientRuntime, model_record
-from client_app.training import forward_batches, masked_mae, seeded_generator, task_of
+from client_app.training import (forward_batches, masked_mae, seeded_generator, task_of,
+                                 train_epochs)
 from strategies.shared.evidence import clearly_better, grid
 
 _HOLDOUT_STREAM = 13  # seeded_generator purpose id of the held-out permutation
+_SLICE_STREAM = 14  # seeded_generator purpose id of the batches on the held-out slice
 OWN = "safeguard.own.{}"  # context.state: the client's own (last trained) model
+SENT = "safeguard.sent.{}"  # context.state: the model it last sent (trained on its slice too)
 CHOICE = "safeguard.choice.{}"  # context.state: the last choice and what it was made for
 
 
@@ -128,6 +131,52 @@ def keep_own(context: Context, client: int, model: torch.nn.Module, ins) -> None
     context.state[version] = ConfigRecord({"n": count})
 
 
+def train_on_slice(rt: ClientRuntime, context: Context, model: torch.nn.Module, ins) -> int:
+    """Where the instructions carry `safeguard-send-slice` (the federation hands out its
+    consensus), train `model`, already kept as the client's own, for the same epochs on the
+    held-out slice as well, so that the model it sends (and the consensus) learns from every
+    sample, and remember it with its round and example count (`without_own_update`). Returns the
+    samples added (0 where nothing is done)."""
+    if not enabled(ins) or not getattr(ins, "safeguard_send_slice", None):
+        return 0
+    xv, yv = held_out(rt, ins)
+    if len(yv) == 0:
+        return 0
+    train_epochs(model, xv, yv, epochs=ins.local_epochs, batch_size=ins.batch_size, lr=ins.lr,
+                 momentum=ins.momentum,
+                 generator=seeded_generator(ins.seed, rt.client_id, ins.server_round, _SLICE_STREAM))
+    examples = len(rt.data.train_y)
+    context.state[SENT.format(rt.client_id)] = model_record(model)
+    context.state[SENT.format(rt.client_id) + ".of"] = ConfigRecord(
+        {"round": int(ins.server_round), "examples": float(examples)})
+    return len(yv)
+
+
+def without_own_update(context: Context, client: int, ins, record: ArrayRecord) -> ArrayRecord:
+    """The received consensus less the client's own update, where the instructions say it is the
+    n-weighted mean of round t's trained models (`safeguard-consensus-round`, Σ n_j
+    `safeguard-consensus-examples`) and the client sent one of them (trained on its held-out
+    slice): (Σ n_j·C − n_k·w_k) / (Σ n_j − n_k), which its slice never trained; else `record`."""
+    t = getattr(ins, "safeguard_consensus_round", None)
+    key = SENT.format(client)
+    if t is None or key + ".of" not in context.state.config_records:
+        return record
+    sent_of = context.state.config_records[key + ".of"]
+    total, examples = float(ins.safeguard_consensus_examples), float(sent_of["examples"])
+    if int(sent_of["round"]) != int(t) or total <= examples:
+        return record  # it did not train in that round, or its update is all the consensus has
+    sent = context.state[key].to_torch_state_dict()
+    out = {}
+    for name, value in record.to_torch_state_dict().items():
+        if value.is_floating_point():
+            own = sent[name].to(torch.float64)
+            out[name] = ((total * value.to(torch.float64) - examples * own)
+                         / (total - examples)).to(value.dtype)
+        else:
+            out[name] = value
+    return ArrayRecord(out)
+
+
 def _digest(record: ArrayRecord) -> str:
     h = hashlib.blake2b(digest_size=16)
     for key, array in record.items():
@@ -157,6 +206,8 @@ def choose(rt: ClientRuntime, context: Context, ins,
     own = own_model(context, rt.client_id) if enabled(ins) else None
     if own is None:
         return received[first], Choice("", 1.0)
+    received = {name: without_own_update(context, rt.client_id, ins, record)
+                for name, record in received.items()}
     choice = _search(rt, context, ins, own, received)
     if choice.weight == 1.0:
         return received[choice.source], choice

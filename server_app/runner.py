@@ -212,6 +212,11 @@ class FederationRunner:
             fields["safeguard_margin"] = cfg.safeguard_margin
             if self.safeguard_weight is not None:
                 fields["safeguard_weight"] = self.safeguard_weight
+            if cfg.safeguard_send_slice:
+                fields["safeguard_send_slice"] = True
+                mass = self.strategy.consensus_mass()
+                if mass is not None:
+                    fields["safeguard_consensus_round"], fields["safeguard_consensus_examples"] = mass
         return fields
 
     def evaluate_config(self, server_round: int) -> EvaluateInstructions:

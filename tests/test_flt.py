@@ -293,6 +293,43 @@ def test_only_the_complete_graph_asks_clients_for_the_safeguard_margin():
     assert margins(**{"safeguard-margin": 1.5}) == (None, None)
 
 
+def test_the_consensus_tells_clients_its_round_and_mass_so_they_can_take_their_update_out():
+    """Without groups and with `flt.fresh-only`, FLT's consensus is the n-weighted mean of the
+    round's trained models: the next instructions name that round and Σ n_j (and ask trained
+    clients to send a model trained on their held-out slice too); the mean is exact, so a client's
+    own update can be taken out of it (`client_app.safeguard.without_own_update`)."""
+    from flwr.app import ArrayRecord, RecordDict
+
+    from builders import instruction_runner
+    from strategies.shared.messages import PERSONAL, EvaluateInstructions, TrainInstructions
+
+    rng = np.random.default_rng(3)
+    common = rng.normal(size=(2, 32)) * 8
+    noisy = {c: (common + rng.normal(size=(2, 32))).astype(np.float32) for c in range(6)}
+    flt = FLT(6, 0.5, FLTSection(), input_shape=(1, 28, 28))
+    flt.bind(ArrayRecord({"w": torch.zeros(3)}))
+    flt.relatedness = form_client_relatedness(noisy, 6, gamma=1.0, relative_gamma=0.05,
+                                              min_contrast=0.8)
+    flt.models.set_graph(flt.relatedness.aggregation_graph())
+    assert flt.hands_out_consensus() and flt.consensus_mass() is None
+    sent = {1: (torch.tensor([1.0, 2.0, 3.0]), 10), 4: (torch.tensor([4.0, 0.0, -1.0]), 30)}
+    for client, (w, n) in sent.items():  # what aggregate_train does with a reply
+        flt.num_examples[client] = n
+        flt.absorb(client, RecordDict({PERSONAL: ArrayRecord({"w": w})}))
+    flt.after_train(7)
+    assert flt.consensus_mass() == (7, 40.0)
+    consensus = flt.personal_arrays(0)["w"].numpy()
+    np.testing.assert_allclose(consensus, (10 * np.array([1, 2, 3]) + 30 * np.array([4, 0, -1])) / 40)
+    train = TrainInstructions.read(instruction_runner("flt", flt).train_config(8).config())
+    evaluate = EvaluateInstructions.read(instruction_runner("flt", flt).evaluate_config(7).config())
+    for ins in (train, evaluate):
+        assert (ins.safeguard_send_slice, ins.safeguard_consensus_round,
+                ins.safeguard_consensus_examples) == (True, 7, 40.0)
+    off = TrainInstructions.read(instruction_runner(
+        "flt", flt, **{"safeguard-send-slice": False}).train_config(8).config())
+    assert (off.safeguard_send_slice, off.safeguard_consensus_round) == (None, None)
+
+
 def test_flt_discovers_the_clusters_and_beats_fedavg_without_labels_leaving_clients(tmp_path):
     run_config = {**default_run_config(), **CLUSTERED, "method": "flt", "output-dir": str(tmp_path),
                   "run-name": "flt"}

@@ -164,12 +164,17 @@ def test_the_margin_keeps_the_received_model_unless_a_mix_is_clearly_better(node
 
 
 def test_the_federation_weight_pools_what_no_single_client_can_show():
-    from strategies.shared.evidence import federation_weight
+    from strategies.shared.evidence import family_margin, federation_weight
 
     weights = safeguard.grid(5)[:-1]  # 0, 0.25, 0.5, 0.75
     one = ([1.0, 2.0, 2.0, 1.0], [9.0, 4.0, 4.0, 3.0])  # a = 0.25, 0.5: +2 in 4 discordant samples
-    assert federation_weight([one], weights, 1.5) == 1.0  # one client: 2 < 1.5·√4
-    assert federation_weight([one] * 4, weights, 1.5) == 0.25  # 8 > 1.5·√16; ties to the first
+    # four weights: each tested at 2.13 standard errors, where the best of four passes on noise as
+    # often as one test at 1.5 does
+    assert family_margin(1.5, 4) == pytest.approx(2.128, abs=1e-3)
+    assert family_margin(1.5, 1) == 1.5 and family_margin(0.0, 4) == 0.0
+    assert federation_weight([one], weights, 1.5) == 1.0  # one client: 2 < 2.13·√4
+    assert federation_weight([one] * 4, weights, 1.5) == 1.0  # 8 < 2.13·√16: not for the family
+    assert federation_weight([one] * 5, weights, 1.5) == 0.25  # 10 > 2.13·√20; ties to the first
     worse = ([-3.0, -2.0, -1.0, 0.0], [3.0, 2.0, 1.0, 0.0])
     assert federation_weight([worse] * 10, weights, 1.0) == 1.0  # no mix helps: the received model
     assert federation_weight([], weights, 1.0) == 1.0
@@ -196,7 +201,7 @@ def test_the_runner_pools_the_reported_gains_into_the_next_instructions():
     assert not runner.pool_safeguard([plain]) and runner.safeguard_weight is None
     gain = EvaluateReply(num_examples=10, correct=5, loss=1.0, accuracy=0.5, safeguard_own=0.0,
                          safeguard_gains=[0.0, 1.0, 2.0, 1.0], safeguard_squares=[4.0, 3.0, 2.0, 1.0])
-    assert runner.pool_safeguard([gain] * 5)  # a = 0.5: 10 > √10
+    assert runner.pool_safeguard([gain] * 5)  # a = 0.5: 10 > 1.75·√10 (four weights, margin 1)
     assert runner.safeguard_weight == 0.5
     sent = TrainInstructions.read(runner.train_config(3).config())
     assert sent.safeguard_weight == 0.5
@@ -358,3 +363,57 @@ def test_the_evaluation_reports_the_model_the_held_out_slice_chose(node, monkeyp
     assert reply.accuracy == pytest.approx(reply.finetuned_accuracy if prefers else mix_accuracy)
     after = safeguard.own_model(context, 0).to_torch_state_dict()  # fine-tuned either way: the own
     assert any(not torch.equal(own.to_torch_state_dict()[k], after[k]) for k in after)  # model
+
+
+def test_the_sent_model_also_learns_the_held_out_slice_and_the_own_model_does_not(node):
+    """With `safeguard-send-slice` a trained client keeps the model trained outside its slice as its
+    own, then trains it on the slice too and sends that, counting every train sample."""
+    cfg, context = node
+    n = len(_runtime(context).data.train_y)
+    fresh = Context(run_id=1, node_id=context.node_id, node_config=context.node_config,
+                    state=RecordDict(), run_config=context.run_config)
+    plain = _train(fresh, _model(cfg, 1), **GUARD, safeguard_margin=1.0)
+    sent = _train(context, _model(cfg, 1), **GUARD, safeguard_margin=1.0, safeguard_send_slice=True)
+    assert int(plain.content[METRICS]["num-examples"]) == n - _held(context)
+    assert int(sent.content[METRICS]["num-examples"]) == n
+    own, plain_own = safeguard.own_model(context, 0), safeguard.own_model(fresh, 0)
+    for key, array in plain_own.items():  # the own model never saw the slice
+        np.testing.assert_array_equal(own[key].numpy(), array.numpy())
+    assert any(not np.array_equal(sent.content[PERSONAL][k].numpy(), own[k].numpy()) for k in own)
+    kept = context.state[safeguard.SENT.format(0)]
+    for key, array in sent.content[PERSONAL].items():
+        np.testing.assert_array_equal(kept[key].numpy(), array.numpy())
+    assert safeguard.SENT.format(0) not in fresh.state.array_records  # nothing kept without it
+
+
+def test_a_client_scores_with_the_consensus_less_its_own_update(node):
+    """The consensus of round t is Σ n_j w_j / Σ n_j over the clients trained in t; a client that
+    sent w_k in t recovers the others' mean exactly, and otherwise uses what it received."""
+    cfg, context = node
+    n = len(_runtime(context).data.train_y)
+    sent = _train(context, _model(cfg, 1), server_round=3, **GUARD, safeguard_margin=1.0,
+                  safeguard_send_slice=True).content[PERSONAL].to_torch_state_dict()
+    others = _model(cfg, 5).to_torch_state_dict()  # the other clients' mean, 3n examples
+    consensus = ArrayRecord({k: (n * sent[k] + 3 * n * others[k]) / (4 * n) for k in sent})
+
+    def loo(**fields):
+        ins = EvaluateInstructions.read(evaluate_config(**GUARD, safeguard_margin=1.0, **fields))
+        return safeguard.without_own_update(context, 0, ins, consensus).to_torch_state_dict()
+
+    for key, value in loo(safeguard_consensus_round=3, safeguard_consensus_examples=4.0 * n).items():
+        torch.testing.assert_close(value, others[key], rtol=1e-5, atol=1e-5)
+    unchanged = consensus.to_torch_state_dict()
+    for fields in ({}, {"safeguard_consensus_round": 2, "safeguard_consensus_examples": 4.0 * n},
+                   {"safeguard_consensus_round": 3, "safeguard_consensus_examples": float(n)}):
+        for key, value in loo(**fields).items():  # not its round, or it was the only one trained
+            assert torch.equal(value, unchanged[key])
+    # the choice tests the mixes with it: a consensus that is only its own update plus the others'
+    # mean scores as the others' mean (the own model and the others' mean: the same mix choice)
+    ins = EvaluateInstructions.read(evaluate_config(
+        **GUARD, safeguard_margin=1.0, safeguard_consensus_round=3,
+        safeguard_consensus_examples=4.0 * n))
+    rt = _runtime(context)
+    _, with_loo = safeguard.choose(rt, context, ins, {PERSONAL: consensus})
+    fresh_ins = EvaluateInstructions.read(evaluate_config(**GUARD, safeguard_margin=1.0))
+    _, direct = safeguard.choose(rt, context, fresh_ins, {PERSONAL: ArrayRecord(others)})
+    assert with_loo.weight == direct.weight and with_loo.gains == pytest.approx(direct.gains)

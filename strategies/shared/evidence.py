@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from statistics import NormalDist
 
 
 def grid(points: int) -> list[float]:
@@ -26,11 +27,24 @@ def clearly_better(total: float, squares: float, margin: float) -> bool:
     return total > 0.0 and total > margin * math.sqrt(squares)
 
 
+def family_margin(margin: float, tests: int) -> float:
+    """The threshold, in standard errors, at which the best of `tests` one-sided tests passes on
+    noise as often as one test does at `margin` (Bonferroni: each test's false-pass chance divided
+    by `tests`); `margin` itself for one test or margin 0."""
+    if tests <= 1 or margin <= 0.0:
+        return margin
+    normal = NormalDist()
+    return normal.inv_cdf(1.0 - (1.0 - normal.cdf(margin)) / tests)
+
+
 def federation_weight(reports: Sequence[tuple[Sequence[float], Sequence[float]]],
                       weights: Sequence[float], margin: float) -> float:
     """The mixing weight a (of `weights`, the grid below 1) whose gains over the received model
     (a = 1), summed over the clients' `reports` of (gains per a, squared gains per a), are largest
-    among those clearly above zero; 1 (the received model) if none is."""
+    among those clearly above zero, each tested at the family's threshold (`family_margin`: the
+    best of several weights must not pass on noise more often than one would); 1 (the received
+    model) if none is."""
+    margin = family_margin(margin, len(weights))
     best, best_total = 1.0, 0.0
     for i, a in enumerate(weights):
         total = sum(float(gains[i]) for gains, _ in reports)

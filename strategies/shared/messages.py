@@ -75,6 +75,12 @@ class TrainInstructions(Record):
     # federation's pooled weight to use unless a client's own evidence is clear (absent: 1)
     safeguard_margin: float | None = Field(None, ge=0.0)
     safeguard_weight: float | None = Field(None, ge=0.0, le=1.0)
+    # there, whether the model a client sends is trained on its held-out slice too, and which round's
+    # aggregate the consensus is with the examples it averaged (Σ n_j), so that a client that trained
+    # in that round can score with the consensus without its own update (client_app/safeguard.py)
+    safeguard_send_slice: bool | None = None
+    safeguard_consensus_round: int | None = Field(None, ge=1)
+    safeguard_consensus_examples: float | None = Field(None, gt=0.0)
 
 
 class TrainReply(Record):
@@ -99,6 +105,9 @@ class EvaluateInstructions(Record):
     safeguard_grid: int | None = Field(None, ge=2)
     safeguard_margin: float | None = Field(None, ge=0.0)
     safeguard_weight: float | None = Field(None, ge=0.0, le=1.0)
+    safeguard_send_slice: bool | None = None
+    safeguard_consensus_round: int | None = Field(None, ge=1)
+    safeguard_consensus_examples: float | None = Field(None, gt=0.0)
 
 
 class EvaluateReply(Record):

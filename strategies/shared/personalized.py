@@ -113,6 +113,11 @@ class PersonalizedStrategy(Strategy, MethodReporter, ClientKeyed):
         False: each client receives its own aggregate."""
         return False
 
+    def consensus_mass(self) -> tuple[int, float] | None:
+        """(round, Σ n_j) where the consensus handed out is the n-weighted mean of the models
+        trained in that round, so a client can take its own update out of it; None otherwise."""
+        return None
+
     # --- shared machinery -------------------------------------------------------------------
     def personal_arrays(self, client: int) -> ArrayRecord:
         return self.layout.arrays(self.personal[client])

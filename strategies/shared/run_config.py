@@ -94,9 +94,14 @@ class RunConfig(Settings):
     safeguard_holdout: float = Field(0.1, gt=0.0, lt=0.5)  # the held-out share of the train split
     safeguard_grid: int = Field(5, ge=2, le=21)  # mixing weights tested per received model
     # where a method hands every client the federation's consensus model, a client leaves the
-    # federation's weight (pooled by the server from every client's held-out gains with this same test)
-    # only if its own best mix is this many standard errors better on its held-out slice (0: any gain)
+    # federation's weight (pooled by the server from every client's held-out gains, each weight of
+    # the grid at the threshold where the best of them passes on noise as often as one test does at
+    # this margin) only if its own best mix is this many standard errors better on its held-out slice
+    # (0: any gain)
     safeguard_margin: float = Field(1.0, ge=0.0, le=10.0)
+    # there, the model a client sends is also trained on its held-out slice, so the consensus is
+    # trained on every sample, and the client scores with the consensus less its own update
+    safeguard_send_slice: bool = True
     round_timeout: float = Field(600.0, gt=0.0)
     max_update_norm: float = Field(10000.0, ge=0.0)  # drop replies whose model moved further (0 = off)
     aggregation: Literal["mean", "median", "trimmed-mean"] = "mean"  # the global part's rule

@@ -100,6 +100,7 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
         self.autoencoder_losses: list[float] = []
         self._trained: list[int] = []
         self._report: dict[str, Any] = {}
+        self._consensus_mass: tuple[int, float] | None = None
 
     # --- per-client models ----------------------------------------------------------------------
     def bind(self, arrays: ArrayRecord) -> None:
@@ -118,6 +119,11 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
         receives FedAvg's model."""
         return self.relatedness is not None and self.relatedness.complete
 
+    def consensus_mass(self) -> tuple[int, float] | None:
+        """With `flt.fresh-only` and no groups, the consensus is the weighted mean of the last
+        aggregated round's trained models: (that round, Σ n_j)."""
+        return getattr(self, "_consensus_mass", None)  # absent in older checkpoints
+
     def absorb(self, client: int, content: RecordDict) -> None:
         super().absorb(client, content)  # row `client` of the trained-models buffer
         self._trained.append(client)
@@ -127,6 +133,9 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
         `flt.fresh-only`: over the neighbours trained this round only."""
         if self.settings.fresh_only:
             self.models.aggregate_fresh(self.personal, sorted(self._trained), self.num_examples)
+            if self._trained and self.hands_out_consensus():  # the trained models' weighted mean
+                mass = float(self.num_examples[sorted(set(self._trained))].sum())
+                self._consensus_mass = (server_round, mass)
         else:
             self.models.aggregate(self.personal, sorted(self._trained), self.num_examples)
         self._trained = []
