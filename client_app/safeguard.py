@@ -154,12 +154,14 @@ def train_on_slice(rt: ClientRuntime, context: Context, model: torch.nn.Module, 
 
 def without_own_update(context: Context, client: int, ins, record: ArrayRecord) -> ArrayRecord:
     """The received consensus less the client's own update, where the instructions say it is the
-    n-weighted mean of round t's trained models (`safeguard-consensus-round`, Σ n_j
-    `safeguard-consensus-examples`) and the client sent one of them (trained on its held-out
-    slice): (Σ n_j·C − n_k·w_k) / (Σ n_j − n_k), which its slice never trained; else `record`."""
+    n-weighted mean of the models that round t's clients sent (`safeguard-consensus-round`, Σ n_j
+    `safeguard-consensus-examples`, `safeguard-consensus-clients`), this client among them (its
+    reply was not dropped), and it kept what it sent then (trained on its held-out slice):
+    (Σ n_j·C − n_k·w_k) / (Σ n_j − n_k), which its slice never trained; else `record`."""
     t = getattr(ins, "safeguard_consensus_round", None)
     key = SENT.format(client)
-    if t is None or key + ".of" not in context.state.config_records:
+    if (t is None or client not in (getattr(ins, "safeguard_consensus_clients", None) or ())
+            or key + ".of" not in context.state.config_records):
         return record
     sent_of = context.state.config_records[key + ".of"]
     total, examples = float(ins.safeguard_consensus_examples), float(sent_of["examples"])

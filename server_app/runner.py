@@ -216,7 +216,8 @@ class FederationRunner:
                 fields["safeguard_send_slice"] = True
                 mass = self.strategy.consensus_mass()
                 if mass is not None:
-                    fields["safeguard_consensus_round"], fields["safeguard_consensus_examples"] = mass
+                    (fields["safeguard_consensus_round"], fields["safeguard_consensus_examples"],
+                     fields["safeguard_consensus_clients"]) = mass
         return fields
 
     def evaluate_config(self, server_round: int) -> EvaluateInstructions:

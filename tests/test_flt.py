@@ -317,14 +317,14 @@ def test_the_consensus_tells_clients_its_round_and_mass_so_they_can_take_their_u
         flt.num_examples[client] = n
         flt.absorb(client, RecordDict({PERSONAL: ArrayRecord({"w": w})}))
     flt.after_train(7)
-    assert flt.consensus_mass() == (7, 40.0)
+    assert flt.consensus_mass() == (7, 40.0, [1, 4])
     consensus = flt.personal_arrays(0)["w"].numpy()
     np.testing.assert_allclose(consensus, (10 * np.array([1, 2, 3]) + 30 * np.array([4, 0, -1])) / 40)
     train = TrainInstructions.read(instruction_runner("flt", flt).train_config(8).config())
     evaluate = EvaluateInstructions.read(instruction_runner("flt", flt).evaluate_config(7).config())
     for ins in (train, evaluate):
         assert (ins.safeguard_send_slice, ins.safeguard_consensus_round,
-                ins.safeguard_consensus_examples) == (True, 7, 40.0)
+                ins.safeguard_consensus_examples, ins.safeguard_consensus_clients) == (True, 7, 40.0, [1, 4])
     off = TrainInstructions.read(instruction_runner(
         "flt", flt, **{"safeguard-send-slice": False}).train_config(8).config())
     assert (off.safeguard_send_slice, off.safeguard_consensus_round) == (None, None)

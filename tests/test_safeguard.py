@@ -400,18 +400,23 @@ def test_a_client_scores_with_the_consensus_less_its_own_update(node):
         ins = EvaluateInstructions.read(evaluate_config(**GUARD, safeguard_margin=1.0, **fields))
         return safeguard.without_own_update(context, 0, ins, consensus).to_torch_state_dict()
 
-    for key, value in loo(safeguard_consensus_round=3, safeguard_consensus_examples=4.0 * n).items():
+    held = {"safeguard_consensus_clients": [0, 2, 5]}  # whose replies the consensus averaged
+    for key, value in loo(safeguard_consensus_round=3, safeguard_consensus_examples=4.0 * n,
+                          **held).items():
         torch.testing.assert_close(value, others[key], rtol=1e-5, atol=1e-5)
     unchanged = consensus.to_torch_state_dict()
-    for fields in ({}, {"safeguard_consensus_round": 2, "safeguard_consensus_examples": 4.0 * n},
-                   {"safeguard_consensus_round": 3, "safeguard_consensus_examples": float(n)}):
-        for key, value in loo(**fields).items():  # not its round, or it was the only one trained
+    for fields in ({}, {"safeguard_consensus_round": 2, "safeguard_consensus_examples": 4.0 * n, **held},
+                   {"safeguard_consensus_round": 3, "safeguard_consensus_examples": float(n), **held},
+                   {"safeguard_consensus_round": 3, "safeguard_consensus_examples": 3.0 * n,
+                    "safeguard_consensus_clients": [2, 5]}):
+        # not its round, it was the only one trained, or its reply was dropped (not in the mean)
+        for key, value in loo(**fields).items():
             assert torch.equal(value, unchanged[key])
     # the choice tests the mixes with it: a consensus that is only its own update plus the others'
     # mean scores as the others' mean (the own model and the others' mean: the same mix choice)
     ins = EvaluateInstructions.read(evaluate_config(
         **GUARD, safeguard_margin=1.0, safeguard_consensus_round=3,
-        safeguard_consensus_examples=4.0 * n))
+        safeguard_consensus_examples=4.0 * n, safeguard_consensus_clients=[0, 2, 5]))
     rt = _runtime(context)
     _, with_loo = safeguard.choose(rt, context, ins, {PERSONAL: consensus})
     fresh_ins = EvaluateInstructions.read(evaluate_config(**GUARD, safeguard_margin=1.0))

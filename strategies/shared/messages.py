@@ -76,11 +76,12 @@ class TrainInstructions(Record):
     safeguard_margin: float | None = Field(None, ge=0.0)
     safeguard_weight: float | None = Field(None, ge=0.0, le=1.0)
     # there, whether the model a client sends is trained on its held-out slice too, and which round's
-    # aggregate the consensus is with the examples it averaged (Σ n_j), so that a client that trained
-    # in that round can score with the consensus without its own update (client_app/safeguard.py)
+    # aggregate the consensus is, the examples it averaged (Σ n_j) and whose models it holds, so that
+    # a client whose update it holds can score with it less that update (client_app/safeguard.py)
     safeguard_send_slice: bool | None = None
     safeguard_consensus_round: int | None = Field(None, ge=1)
     safeguard_consensus_examples: float | None = Field(None, gt=0.0)
+    safeguard_consensus_clients: list[int] | None = None
 
 
 class TrainReply(Record):
@@ -108,6 +109,7 @@ class EvaluateInstructions(Record):
     safeguard_send_slice: bool | None = None
     safeguard_consensus_round: int | None = Field(None, ge=1)
     safeguard_consensus_examples: float | None = Field(None, gt=0.0)
+    safeguard_consensus_clients: list[int] | None = None
 
 
 class EvaluateReply(Record):

@@ -113,9 +113,10 @@ class PersonalizedStrategy(Strategy, MethodReporter, ClientKeyed):
         False: each client receives its own aggregate."""
         return False
 
-    def consensus_mass(self) -> tuple[int, float] | None:
-        """(round, Σ n_j) where the consensus handed out is the n-weighted mean of the models
-        trained in that round, so a client can take its own update out of it; None otherwise."""
+    def consensus_mass(self) -> tuple[int, float, list[int]] | None:
+        """(round, Σ n_j, the clients j) where the consensus handed out is the n-weighted mean of the
+        models those clients trained in that round, so each of them can take its own update out of
+        it; None otherwise."""
         return None
 
     # --- shared machinery -------------------------------------------------------------------

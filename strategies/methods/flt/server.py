@@ -100,7 +100,7 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
         self.autoencoder_losses: list[float] = []
         self._trained: list[int] = []
         self._report: dict[str, Any] = {}
-        self._consensus_mass: tuple[int, float] | None = None
+        self._consensus_mass: tuple[int, float, list[int]] | None = None
 
     # --- per-client models ----------------------------------------------------------------------
     def bind(self, arrays: ArrayRecord) -> None:
@@ -119,9 +119,10 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
         receives FedAvg's model."""
         return self.relatedness is not None and self.relatedness.complete
 
-    def consensus_mass(self) -> tuple[int, float] | None:
+    def consensus_mass(self) -> tuple[int, float, list[int]] | None:
         """With `flt.fresh-only` and no groups, the consensus is the weighted mean of the last
-        aggregated round's trained models: (that round, Σ n_j)."""
+        aggregated round's trained models: (that round, Σ n_j, the clients whose replies it
+        averaged)."""
         return getattr(self, "_consensus_mass", None)  # absent in older checkpoints
 
     def absorb(self, client: int, content: RecordDict) -> None:
@@ -134,8 +135,9 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
         if self.settings.fresh_only:
             self.models.aggregate_fresh(self.personal, sorted(self._trained), self.num_examples)
             if self._trained and self.hands_out_consensus():  # the trained models' weighted mean
-                mass = float(self.num_examples[sorted(set(self._trained))].sum())
-                self._consensus_mass = (server_round, mass)
+                trained = sorted(set(self._trained))
+                self._consensus_mass = (server_round, float(self.num_examples[trained].sum()),
+                                        trained)
         else:
             self.models.aggregate(self.personal, sorted(self._trained), self.num_examples)
         self._trained = []
