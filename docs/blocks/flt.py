@@ -270,7 +270,15 @@ def mix_run(name: str, seed: int = 0) -> str:
 
 
 def default_run(name: str, seed: int = 0) -> str:
-    """The 50-client run of STRUCTURE_RUNS' `name` with the shipped defaults."""
+    """The 50-client run of STRUCTURE_RUNS' `name` with the shipped defaults: without groups the
+    run in which every sample trains the consensus (`slice`), with groups (which that change does
+    not touch) the `answer` run."""
+    return variant_run(name, "slice" if name in MARGIN_RUNS else "answer", seed)
+
+
+def answer_run(name: str, seed: int = 0) -> str:
+    """The 50-client run of STRUCTURE_RUNS' `name` in which the held-out slice chose the answer,
+    before every sample trained the consensus: the same training as `mix_run`."""
     return variant_run(name, "answer", seed)
 
 
@@ -278,8 +286,9 @@ def variant_run(name: str, variant: str, seed: int = 0) -> str:
     """The 50-client run of STRUCTURE_RUNS' `name` with the shipped defaults but `variant`'s
     settings (its command names them): `keep` flt.no-structure=keep, `no-weight`
     safeguard-margin=0 (no federation weight), `holdout005` safeguard-holdout=0.05,
-    `structure-safeguard-off` safeguard=off; `answer` the defaults themselves; `mix` and
-    `structure` the defaults of earlier code (`mix_run`)."""
+    `structure-safeguard-off` safeguard=off; `slice` (without groups) and `answer` (with groups)
+    the defaults themselves; `answer` without groups, `mix` and `structure` the defaults of
+    earlier code (`answer_run`, `mix_run`)."""
     return f"method-safeguard/flt-{name}-m50-{variant}{f'-seed{seed}' if seed else ''}"
 
 
@@ -292,7 +301,7 @@ STRUCTURE_TABLES = (
        variant_run(name, "structure-safeguard-off") if name in MARGIN_RUNS else None)
       for name, title in STRUCTURE_RUNS),
     ("domains 0° / 180°, 20 clients, ρ = 0.2, 20 rounds", "flt-domains2-rho0.2-keep",
-     "flt-domains2-rho0.2-answer", "flt-domains2-rho0.2-no-weight", None),
+     "flt-domains2-rho0.2-slice", "flt-domains2-rho0.2-no-weight", None),
 )
 
 
@@ -324,16 +333,17 @@ def structure_tables(prefix: str) -> str:
                      f"{best} {num(base[best])}", signed(checked.pers("flt") - base[best]),
                      "—" if flt_ft is None else signed(flt_ft - base[best])))
     return table(("run", "flt.no-structure=keep", "complete (default)", "default +FT",
-                  "complete, no federation weight", "complete, safeguard off", "contrast", "graph used",
+                  "complete, safeguard-margin 0", "complete, safeguard off", "contrast", "graph used",
                   "best baseline", "Δ (default)", "Δ (+FT)"), rows, "lrrrrrrllrr")
 
 
-# (title, seed, the run with the defaults, the same with the mix answering, the run without the
-# federation weight, the run with safeguard-holdout 0.05 or None) of the 50-client tables without
-# groups: seed 0 is the committed table, seed 1 a second draw of data and sampling
+# (title, seed, the run with the defaults, the run before every sample trained the consensus, the
+# same with the mix answering, the run with safeguard-margin 0 (no federation weight, nor the
+# slice's training of the consensus), the run with safeguard-holdout 0.05 or None) of the 50-client
+# tables without groups: seed 0 is the committed table, seed 1 a second draw of data and sampling
 WEIGHT_SEEDS = tuple(
-    (title, seed, default_run(name, seed), mix_run(name, seed), variant_run(name, "no-weight", seed),
-     None if seed else variant_run(name, "holdout005"))
+    (title, seed, default_run(name, seed), answer_run(name, seed), mix_run(name, seed),
+     variant_run(name, "no-weight", seed), None if seed else variant_run(name, "holdout005"))
     for name, title in STRUCTURE_RUNS if name in MARGIN_RUNS
     for seed in (0, 1))
 
@@ -361,25 +371,28 @@ def federation_weight_seeds(prefix: str) -> str:
     """FLT on the complete graph with and without the federation weight, against FedAvg and
     FedAvg+FT of the same run, on two seeds."""
     rows = []
-    for title, seed, default_name, mix_name, plain_name, half_name in WEIGHT_SEEDS:
-        run, mixed, plain = compare(default_name), compare(mix_name), compare(plain_name)
+    for title, seed, default_name, answer_name, mix_name, plain_name, half_name in WEIGHT_SEEDS:
+        run, answered, mixed = compare(default_name), compare(answer_name), compare(mix_name)
+        plain = compare(plain_name)
         half = compare(half_name) if half_name else None
         if half is not None:
             expect_run_setting(half, "safeguard-holdout", 0.05)
         expect_run_setting(plain, "safeguard-margin", 0.0)
-        expect_same_training(run, mixed, ("flt",))
-        for result in (run, mixed, plain, half):
+        expect_run_setting(run, "safeguard-send-slice", True)
+        expect_same_training(answered, mixed, ("flt",))
+        for result in (run, answered, mixed, plain, half):
             if result is not None:
                 expect_run_setting(result, "seed", seed)
         flt_ft = run.ft("flt")
         best = max(run.baselines().values())
-        rows.append((title, str(seed), num(run.pers("flt")), num(mixed.pers("flt")), num(flt_ft),
-                     num(run.pers("fedavg")), num(run.ft("fedavg")), signed(run.pers("flt") - best),
-                     signed(mixed.pers("flt") - best), signed(late_gap(run)), num(plain.pers("flt")),
-                     signed(run.pers("flt") - plain.pers("flt")),
+        rows.append((title, str(seed), num(run.pers("flt")), num(answered.pers("flt")),
+                     num(mixed.pers("flt")), num(flt_ft), num(run.pers("fedavg")),
+                     num(run.ft("fedavg")), signed(run.pers("flt") - best),
+                     signed(answered.pers("flt") - best), signed(late_gap(run)),
+                     num(plain.pers("flt")), signed(run.pers("flt") - plain.pers("flt")),
                      "—" if half is None else num(half.pers("flt"))))
-    return table(("run", "seed", "FLT (default)", "FLT, the mix answers", "FLT +FT", "FedAvg",
-                  "FedAvg+FT", "Δ (default)", "Δ (the mix answers)",
-                  f"Δ (default), mean of the last {LATE_ROUNDS} rounds",
-                  "without the federation weight", "gain of the weight", "held-out 5 %"), rows,
-                 "lrrrrrrrrrrrr")
+    return table(("run", "seed", "FLT (default)", "FLT, the slice held out of the consensus",
+                  "FLT, the mix answers", "FLT +FT", "FedAvg", "FedAvg+FT", "Δ (default)",
+                  "Δ (the slice held out)", f"Δ (default), mean of the last {LATE_ROUNDS} rounds",
+                  "safeguard-margin 0", "default − margin 0", "held-out 5 %"), rows,
+                 "lrrrrrrrrrrrrr")

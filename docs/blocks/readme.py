@@ -114,9 +114,9 @@ ROWS = (
                                  "sfl-mnist-shards-q10-k100", "fedska-mnist-shards-q10-k100")),
 )
 # (shipped defaults: the safeguard with the federation weight and FLT's structure check; the check
-# without the federation weight; the thresholded graph with the safeguard; neither; FLT's reference
+# with safeguard-margin 0 (no federation weight, nor the slice's training of the consensus); the thresholded graph with the safeguard; neither; FLT's reference
 # absolute threshold)
-UNSTRUCTURED = tuple((f"{SG}flt-{name}-m50-answer", f"{SG}flt-{name}-m50-no-weight",
+UNSTRUCTURED = tuple((f"{SG}flt-{name}-m50-slice", f"{SG}flt-{name}-m50-no-weight",
                       f"{SG}flt-{name}-m50-keep", f"flt-{name}-m50-defaults", f"flt-{name}-m50")
                      for name in ("iid", "dirichlet1"))
 STYLES = ("fedcg-styles-k1-defaults", "fedcg-styles-k2-b16")
@@ -160,7 +160,8 @@ def _cells(row: Row, prefix: str) -> tuple[str, ...]:
         aware += (f": finds the groups (ARI {num(flt['ari'], 1)})" if flt["ari"] == 1.0
                   else f" (ARI {num(flt['ari'], 2)})")
     if row.note == "default" and "flt" in values and "local" in values and \
-            round(values["flt"][0], 1) == round(values["local"][0], 1):
+            round(values["flt"][0], 1) == round(values["local"][0], 1) and \
+            not first.get("flt", "flt").get("complete-graph"):  # the graph links no pair
         aware += (" (FLT = local: with 2 clients per group the groups do not separate in FLT's "
                   "embedding, and its relative threshold links no pair)")
     links = ", ".join(_link(name, prefix, _short(name)) for name in row.files)
@@ -189,8 +190,8 @@ def _unstructured(prefix: str) -> tuple[str, ...]:
     complete = [bool(c.get("flt", "flt").get("complete-graph")) for c in current]
     check = ("it finds no structure and averages over every client" if all(complete) else
              f"it finds no structure on {sum(complete)} of {len(complete)}")
-    aware = (f"FLT {joined(num(c.pers('flt'), 1) for c in current)} ({check}; without the "
-             f"federation weight: {joined(num(c.pers('flt'), 1) for c in plain)}; with "
+    aware = (f"FLT {joined(num(c.pers('flt'), 1) for c in current)} ({check}; with "
+             f"`safeguard-margin=0`: {joined(num(c.pers('flt'), 1) for c in plain)}; with "
              f"`flt.no-structure=keep`: "
              f"{joined(num(c.pers('flt'), 1) for c in kept)}; safeguard off too: "
              f"{joined(num(c.pers('flt'), 1) for c in off)}; with `flt.threshold={threshold}`: "

@@ -5,7 +5,7 @@ from __future__ import annotations
 from benchmarks.suite import GRAPH_METHODS
 from docs.blocks import block
 from docs.blocks.data import compare, expect_same_training, num, signed, suite, table
-from docs.blocks.flt import default_run, mix_run
+from docs.blocks.flt import answer_run, default_run, mix_run
 
 TOLERANCE = 0.5  # points below the best baseline a graph method may end
 GAIN, HEADROOM = 2.0, 4.0  # where clients share structure: + GAIN wherever the best leaves HEADROOM
@@ -44,9 +44,11 @@ def no_regret_targets(prefix: str) -> str:
     )
 
 
-# (earlier defaults, the safeguard answering with its mix, the shipped default, title) of the
-# committed method tables; the re-runs ran the graph methods (FLT's tables FedAvg too, as they had no
-# fine-tuning before; FLT's with its structure check and, without groups, the federation weight)
+# (earlier defaults, the safeguard answering with its mix, the shipped default, title[, the run with
+# the mix's training where the default trains otherwise]) of the committed method tables; the
+# re-runs ran the graph methods (FLT's tables FedAvg too, as they had no fine-tuning before; FLT's
+# with its structure check and, without groups, the federation weight and every sample training
+# the consensus)
 METHOD_TABLES = [
     *[(f"sfl-mnist-shards-q{q}-k100-defaults", f"method-safeguard/sfl-mnist-shards-q{q}-k100-safeguard",
        f"method-safeguard/sfl-mnist-shards-q{q}-k100-answer", f"shards q={q}, 100 clients, 20 rounds")
@@ -55,7 +57,7 @@ METHOD_TABLES = [
        f"method-safeguard/fedska-mnist-shards-q{q}-k100-safeguard-eg1",
        f"method-safeguard/fedska-mnist-shards-q{q}-k100-answer", f"shards q={q}, 100 clients, 20 rounds")
       for q in (2, 5, 10)],
-    *[(f"flt-{name}-m50-defaults", mix_run(name), default_run(name), title)
+    *[(f"flt-{name}-m50-defaults", mix_run(name), default_run(name), title, answer_run(name))
       for name, title in (("label-clusters", "label-clusters, 50 clients, 50 rounds, ρ = 0.2"),
                           ("dirichlet1", "Dirichlet α = 1, 50 clients, 50 rounds, ρ = 0.2"),
                           ("iid", "iid, 50 clients, 50 rounds, ρ = 0.2"))],
@@ -68,9 +70,11 @@ def method_tables(prefix: str) -> str:
     behaviour), with the safeguard answering with its mix, and with the shipped default (the
     held-out slice picks the mix or its fine-tuned version), and the best baseline of any run."""
     rows = []
-    for old_name, mix_name, new_name, title in METHOD_TABLES:
+    for old_name, mix_name, new_name, title, *answer_name in METHOD_TABLES:
         old, mixed, new = compare(old_name), compare(mix_name), compare(new_name)
-        expect_same_training(new, mixed, (m for m in mixed.methods if m not in ("fedavg", "local")))
+        answered = compare(answer_name[0]) if answer_name else new  # mixed's training, its answer
+        expect_same_training(answered, mixed,
+                             (m for m in mixed.methods if m not in ("fedavg", "local")))
         base = {**old.baselines(), **mixed.baselines(), **new.baselines()}
         best = max(base, key=base.get)
         for method in new.methods:
@@ -89,12 +93,16 @@ def method_tables(prefix: str) -> str:
 ANSWER_MIX = {"sfl": "suite/safeguard", "sfl-star": "suite/safeguard", "fedu": "suite/safeguard",
               "fedska": "suite/fedska-eg1", "flt": "suite/flt-pooled"}
 ANSWER_DEFAULT = ("suite/answer-a", "suite/answer-b")
+# FLT's suite part with every sample training the consensus (its default since; the answer rule's
+# rows above are then FLT with the slice held out of the consensus)
+EVERY_SAMPLE = {"flt": "suite/flt-slice"}
 
 
 @block("safeguard-answer")
 def answer_rule(prefix: str) -> str:
-    """Per graph method and suite cell: Δ with the mix answering and with the default, on the same
-    runs (the fine-tuned rows of the two agree to the digit: only the answer differs)."""
+    """Per graph method and suite cell: Δ with the mix answering and with the held-out slice
+    choosing the answer, on the same runs (the fine-tuned rows of the two agree to the digit: only
+    the answer differs), and for FLT the default since, where every sample trains the consensus."""
     now = suite(*ANSWER_DEFAULT, baselines_from=("suite",))
     cells = now.cells()
     rows = []
@@ -107,6 +115,10 @@ def answer_rule(prefix: str) -> str:
                 if abs(a - b) > 1e-9:
                     raise ValueError(f"docs: {folder} and the default parts differ in {method}+FT on "
                                      f"{cell[0]} ρ={cell[1]:g} seed {seed}")
-        for label, source in ((f"{method}, the mix answers", before), (method, now)):
+        sources = [(f"{method}, the mix answers", before), (method, now)]
+        if method in EVERY_SAMPLE:
+            sources[1] = (f"{method}, the slice held out of the consensus", now)
+            sources.append((method, suite(EVERY_SAMPLE[method], baselines_from=("suite",))))
+        for label, source in sources:
             rows.append([label, *(signed(source.delta(*cell, method)) for cell in cells)])
     return table(["row", *(f"{s} ρ={rho:g}" for s, rho in cells)], rows, "l" + "r" * len(cells))
