@@ -99,8 +99,9 @@ class RunConfig(Settings):
     # this margin) only if its own best mix is this many standard errors better on its held-out slice
     # (0: any gain)
     safeguard_margin: float = Field(1.0, ge=0.0, le=10.0)
-    # there, the model a client sends is also trained on its held-out slice, so the consensus is
-    # trained on every sample, and the client scores with the consensus less its own update
+    # where a method hands every client the consensus (with safeguard-margin > 0), the model a client
+    # sends is also trained on its held-out slice, so the consensus is trained on every sample, and
+    # the client scores with the consensus less its own update
     safeguard_send_slice: bool = True
     round_timeout: float = Field(600.0, gt=0.0)
     max_update_norm: float = Field(10000.0, ge=0.0)  # drop replies whose model moved further (0 = off)
