@@ -1,7 +1,8 @@
 """The local update most methods share: E epochs of SGD from a received model (plus a method's
 penalty), replied as one named model record with `num-examples` and `train-loss`. With the safeguard
 on (`client_app.safeguard`) it trains outside the held-out slice and keeps the result as the client's
-own model."""
+own model; where the federation hands out its consensus, the model it sends is then trained on the
+slice too (`safeguard.train_on_slice`)."""
 
 from __future__ import annotations
 

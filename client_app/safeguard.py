@@ -19,7 +19,11 @@ client's own. With the safeguard on (run config `safeguard = "mix"`; the instruc
    statistic (b − c) / √(b + c); regression: Σ gain / √Σ gain²), and the client reports every mix's
    gains over the received model for the server to pool (strategies/shared/evidence.py). A slice of
    a few dozen samples cannot tell apart models within a few points: without the margin, clients of
-   a federation without structure took their own model on noise.
+   a federation without structure took their own model on noise. There, with `safeguard-send-slice`,
+   a sampled client also trains the model it sends on its slice (`train_on_slice`; its own model
+   stays the one trained without it), so the consensus learns every sample, and a client whose
+   update the consensus holds scores, trains from and answers with the consensus less that update
+   (`without_own_update`), which its slice never trained.
 5. where the evaluation fine-tunes the chosen mix (`finetune-epochs` > 0, client_app/evaluation.py),
    answers with the fine-tuned model if it scores at least as well on the slice (with a margin: if it
    is clearly better than the mix; `prefers_finetuned`); the fine-tuned model is the client's own
