@@ -171,16 +171,9 @@ def without_own_update(context: Context, client: int, ins, record: ArrayRecord) 
     total, examples = float(ins.safeguard_consensus_examples), float(sent_of["examples"])
     if int(sent_of["round"]) != int(t) or total <= examples:
         return record  # it did not train in that round, or its update is all the consensus has
-    sent = context.state[key].to_torch_state_dict()
-    out = {}
-    for name, value in record.to_torch_state_dict().items():
-        if value.is_floating_point():
-            own = sent[name].to(torch.float64)
-            out[name] = ((total * value.to(torch.float64) - examples * own)
-                         / (total - examples)).to(value.dtype)
-        else:
-            out[name] = value
-    return ArrayRecord(out)
+    # the line from the sent model through the consensus, beyond it: w_k + Σ n_j/(Σ n_j − n_k)·(C − w_k)
+    return ArrayRecord(mix(context.state[key].to_torch_state_dict(), record.to_torch_state_dict(),
+                           total / (total - examples)))
 
 
 def _digest(record: ArrayRecord) -> str:

@@ -114,7 +114,8 @@ ROWS = (
                                  "sfl-mnist-shards-q10-k100", "fedska-mnist-shards-q10-k100")),
 )
 # (shipped defaults: the safeguard with the federation weight and FLT's structure check; the check
-# with safeguard-margin 0 (no federation weight, nor the slice's training of the consensus); the thresholded graph with the safeguard; neither; FLT's reference
+# with safeguard-margin 0 (no federation weight, nor the slice's training of the consensus); the
+# thresholded graph with the safeguard; neither; FLT's reference
 # absolute threshold)
 UNSTRUCTURED = tuple((f"{SG}flt-{name}-m50-slice", f"{SG}flt-{name}-m50-no-weight",
                       f"{SG}flt-{name}-m50-keep", f"flt-{name}-m50-defaults", f"flt-{name}-m50")

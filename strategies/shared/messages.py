@@ -57,7 +57,28 @@ class IdentifyReply(Record):
     test_sizes: list[int] = Field(default_factory=list)
 
 
-class TrainInstructions(Record):
+class SafeguardInstructions(Record):
+    """The safeguard's part of the train and evaluate instructions (client_app/safeguard.py), all
+    absent unless the run turns it on for a graph method."""
+
+    # graph methods with the safeguard on: the held-out share of the train split and the grid of
+    # mixing weights; absent = off (the paper's behaviour)
+    safeguard_holdout: float | None = Field(None, gt=0.0, lt=1.0)
+    safeguard_grid: int | None = Field(None, ge=2)
+    # the margin a mix needs over a consensus model, in standard errors; absent: any gain; and the
+    # federation's pooled weight to use unless a client's own evidence is clear (absent: 1)
+    safeguard_margin: float | None = Field(None, ge=0.0)
+    safeguard_weight: float | None = Field(None, ge=0.0, le=1.0)
+    # there, whether the model a client sends is trained on its held-out slice too, and which round's
+    # aggregate the consensus is, the examples it averaged (Σ n_j) and whose models it holds, so that
+    # a client whose update it holds can score with it less that update
+    safeguard_send_slice: bool | None = None
+    safeguard_consensus_round: int | None = Field(None, ge=1)
+    safeguard_consensus_examples: float | None = Field(None, gt=0.0)
+    safeguard_consensus_clients: list[int] | None = None
+
+
+class TrainInstructions(SafeguardInstructions):
     """`train` / `train.<method>`: the local-training hyperparameters of one round (a method's own
     message, in its package's `settings.py`, extends this with its required fields)."""
 
@@ -67,21 +88,6 @@ class TrainInstructions(Record):
     local_epochs: int = Field(ge=1)
     batch_size: int = Field(ge=1)
     seed: int = Field(ge=0)
-    # graph methods with the safeguard on (client_app/safeguard.py): the held-out share of the train
-    # split and the grid of mixing weights; absent = off (the paper's behaviour)
-    safeguard_holdout: float | None = Field(None, gt=0.0, lt=1.0)
-    safeguard_grid: int | None = Field(None, ge=2)
-    # the margin a mix needs over a consensus model, in standard errors; absent: any gain; and the
-    # federation's pooled weight to use unless a client's own evidence is clear (absent: 1)
-    safeguard_margin: float | None = Field(None, ge=0.0)
-    safeguard_weight: float | None = Field(None, ge=0.0, le=1.0)
-    # there, whether the model a client sends is trained on its held-out slice too, and which round's
-    # aggregate the consensus is, the examples it averaged (Σ n_j) and whose models it holds, so that
-    # a client whose update it holds can score with it less that update (client_app/safeguard.py)
-    safeguard_send_slice: bool | None = None
-    safeguard_consensus_round: int | None = Field(None, ge=1)
-    safeguard_consensus_examples: float | None = Field(None, gt=0.0)
-    safeguard_consensus_clients: list[int] | None = None
 
 
 class TrainReply(Record):
@@ -93,7 +99,7 @@ class TrainReply(Record):
     cuda: int | None = Field(None, ge=0, le=1)  # the device it trained on: 1 a CUDA GPU, 0 the CPU
 
 
-class EvaluateInstructions(Record):
+class EvaluateInstructions(SafeguardInstructions):
     """`evaluate`: evaluate the received model(s) on the client's own test split."""
 
     server_round: int = Field(ge=0)
@@ -102,14 +108,6 @@ class EvaluateInstructions(Record):
     finetune_epochs: int = Field(0, ge=0)
     lr: float = Field(gt=0.0)
     momentum: float = Field(ge=0.0, lt=1.0)
-    safeguard_holdout: float | None = Field(None, gt=0.0, lt=1.0)  # as in TrainInstructions
-    safeguard_grid: int | None = Field(None, ge=2)
-    safeguard_margin: float | None = Field(None, ge=0.0)
-    safeguard_weight: float | None = Field(None, ge=0.0, le=1.0)
-    safeguard_send_slice: bool | None = None
-    safeguard_consensus_round: int | None = Field(None, ge=1)
-    safeguard_consensus_examples: float | None = Field(None, gt=0.0)
-    safeguard_consensus_clients: list[int] | None = None
 
 
 class EvaluateReply(Record):
