@@ -49,7 +49,7 @@ from strategies.methods.fedska.settings import (
 )
 from strategies.shared.run_config import RunConfig, default_run_config
 from strategies.shared.graph import share_on_edges, structure_share
-from strategies.shared.messages import CLIENT, CONFIG, GLOBAL, METRICS, ClientAddress
+from strategies.shared.messages import CLIENT, CONFIG, GLOBAL, METRICS, PERSONAL, ClientAddress
 from strategies.shared.registry import build_strategy
 from strategies.methods.fedska.structure_learning import StructureModel, encoder_gradient_step
 
@@ -400,6 +400,33 @@ def test_graph_start_sends_each_trained_client_its_row_of_the_graph_over_trained
     strategy.settings = strategy.settings.model_copy(update={"start": "global"})
     strategy.starts = None
     assert strategy.train_content(0, arrays, train_config())[GLOBAL] is arrays
+
+
+@pytest.mark.parametrize("safeguard", ["mix", "off"])
+def test_evaluation_sends_the_graph_start_with_the_safeguard_and_the_trained_model_without(
+        tiny_run, safeguard):
+    cfg = RunConfig.from_flower({**default_run_config(), **tiny_run, "method": "fedska",
+                                 "partition": "shards", "num-clients": 3, "safeguard": safeguard})
+    strategy = build_strategy(cfg)
+    model = build_model(cfg.model, (1, 8, 8), 10)
+    arrays = ArrayRecord(model.state_dict())
+    from strategies.shared.params import ParameterLayout
+
+    strategy.layout = ParameterLayout.of(arrays)
+    strategy.personal = torch.randn(3, strategy.layout.size)
+    strategy.graph = torch.tensor([[0.6, 0.4, 0.0], [0.4, 0.6, 0.0], [0.0, 0.0, 1.0]])
+    strategy.last_trained[:] = torch.tensor([3, 1, -1])  # client 2 never trained
+    strategy.starts = strategy.graph_starts()
+    v = strategy.personal
+    for client in range(3):
+        content = strategy.evaluate_content(client, arrays, train_config())
+        assert content[GLOBAL] is arrays  # w̄, reported as the global model
+        sent = strategy.layout.row(content[PERSONAL])
+        expected = v[client] if safeguard == "off" or client == 2 else strategy.starts[client]
+        torch.testing.assert_close(sent, expected)
+    if safeguard == "mix":  # client 0's start mixes client 1's newer model into its own
+        sent = strategy.evaluate_content(0, arrays, train_config())[PERSONAL]
+        torch.testing.assert_close(strategy.layout.row(sent), 0.6 * v[0] + 0.4 * v[1])
 
 
 @pytest.mark.federation

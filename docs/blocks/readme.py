@@ -103,12 +103,12 @@ ROWS = (
     Row("the default job ({num-clients} clients, {num-clusters} groups, {num-rounds} rounds)",
         ("default-job",), "default"),
     Row("2 labels per client (`{partition}` q={shards-per-client}, {num-clients} clients, "
-        "{num-rounds} rounds)", (f"{SG}fedska-mnist-shards-q2-k100-answer",
+        "{num-rounds} rounds)", (f"{SG}fedska-mnist-shards-q2-k100-start",
                                  f"{SG}sfl-mnist-shards-q2-k100-answer",
                                  "fedska-mnist-shards-q2-k100-defaults",
                                  "sfl-mnist-shards-q2-k100", "fedska-mnist-shards-q2-k100")),
     Row("mild label skew (`{partition}` q={shards-per-client}, {num-clients} clients, "
-        "{num-rounds} rounds)", (f"{SG}fedska-mnist-shards-q10-k100-answer",
+        "{num-rounds} rounds)", (f"{SG}fedska-mnist-shards-q10-k100-start",
                                  f"{SG}sfl-mnist-shards-q10-k100-answer",
                                  "fedska-mnist-shards-q10-k100-defaults",
                                  "sfl-mnist-shards-q10-k100", "fedska-mnist-shards-q10-k100")),

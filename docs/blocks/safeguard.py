@@ -57,7 +57,8 @@ METHOD_TABLES = [
       for q in (2, 5, 10)],
     *[(f"fedska-mnist-shards-q{q}-k100-defaults",
        f"method-safeguard/fedska-mnist-shards-q{q}-k100-safeguard-eg1",
-       *[f"method-safeguard/fedska-mnist-shards-q{q}-k100-answer"] * 2,
+       f"method-safeguard/fedska-mnist-shards-q{q}-k100-answer",
+       f"method-safeguard/fedska-mnist-shards-q{q}-k100-start",
        f"shards q={q}, 100 clients, 20 rounds")
       for q in (2, 5, 10)],
     *[(f"flt-{name}-m50-defaults", mix_run(name), answer_run(name), default_run(name), title)
@@ -95,16 +96,17 @@ def method_tables(prefix: str) -> str:
 ANSWER_MIX = {"sfl": "suite/safeguard", "sfl-star": "suite/safeguard", "fedu": "suite/safeguard",
               "fedska": "suite/fedska-eg1", "flt": "suite/flt-pooled"}
 ANSWER_DEFAULT = ("suite/answer-a", "suite/answer-b")
-# FLT's suite part with every sample training the consensus (its default since; the answer rule's
-# rows above are then FLT with the slice held out of the consensus)
-EVERY_SAMPLE = {"flt": "suite/flt-slice"}
+# suite parts of a later default (method: folder, what the answer rule's runs did instead): FLT with
+# every sample training the consensus, FedSKA evaluating the graph start
+LATER_DEFAULT = {"flt": ("suite/flt-slice", "the slice held out of the consensus"),
+                 "fedska": ("suite/fedska-evaluate-start", "evaluated with its trained model")}
 
 
 @block("safeguard-answer")
 def answer_rule(prefix: str) -> str:
     """Per graph method and suite cell: Δ with the mix answering and with the held-out slice
     choosing the answer, on the same runs (the fine-tuned rows of the two agree to the digit: only
-    the answer differs), and for FLT the default since, where every sample trains the consensus."""
+    the answer differs), and for FLT and FedSKA their later default (`LATER_DEFAULT`)."""
     now = suite(*ANSWER_DEFAULT, baselines_from=("suite",))
     cells = now.cells()
     rows = []
@@ -118,9 +120,10 @@ def answer_rule(prefix: str) -> str:
                     raise ValueError(f"docs: {folder} and the default parts differ in {method}+FT on "
                                      f"{cell[0]} ρ={cell[1]:g} seed {seed}")
         sources = [(f"{method}, the mix answers", before), (method, now)]
-        if method in EVERY_SAMPLE:
-            sources[1] = (f"{method}, the slice held out of the consensus", now)
-            sources.append((method, suite(EVERY_SAMPLE[method], baselines_from=("suite",))))
+        if method in LATER_DEFAULT:
+            folder, earlier = LATER_DEFAULT[method]
+            sources[1] = (f"{method}, {earlier}", now)
+            sources.append((method, suite(folder, baselines_from=("suite",))))
         for label, source in sources:
             rows.append([label, *(signed(source.delta(*cell, method)) for cell in cells)])
     return table(["row", *(f"{s} ρ={rho:g}" for s, rho in cells)], rows, "l" + "r" * len(cells))

@@ -22,7 +22,9 @@ carried gradients), stores the carried features, runs E_g − 1 `query.ska_grad`
 H^g = GNN_E(S, P) as the next train messages' target, before its last step: 1 + max(E_g − 1, 0)
 phases per round, the split learning one round behind (the targets of round t come from w̄ of t − 2).
 Clients are evaluated with the model they trained (w̄ + E_c local epochs, §6.7); w̄ is reported as
-the global model. Under partial participation H^c and P keep the stale rows of absent clients.
+the global model. With the safeguard on (`safeguard='mix'`) and start='graph', a client that has
+trained is sent its graph start u_k instead: it holds the model it trained as its own already.
+Under partial participation H^c and P keep the stale rows of absent clients.
 `fedska.start='graph'` [D]: a client that has trained before starts from its row of the learned graph
 applied to the clients' last trained models, u_k = Σ_j Ŝ_kj V_j (Ŝ = S row-normalised over the
 clients that have trained), instead of w̄ ([P]/[C], `start='global'`); a client that never trained
@@ -100,8 +102,12 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
                  seed: int, prior: np.ndarray | None = None,
                  reference: np.ndarray | None = None,
                  truth: tuple[np.ndarray, str] | None = None,
-                 matrix_storage: ClientMatrixStorage | None = None) -> None:
+                 matrix_storage: ClientMatrixStorage | None = None,
+                 evaluate_start: bool = False) -> None:
         super().__init__(num_clients, fraction_train, matrix_storage=matrix_storage)
+        # the safeguard on: a client holds its trained model as its own, so evaluation sends its
+        # graph start u_k in place of it (start='graph')
+        self.evaluate_start = evaluate_start
         if (settings.graph == "label-sharing" or settings.tau > 0) and prior is None:
             raise ValueError("fedska.graph='label-sharing' and fedska.tau > 0 need the prior graph")
         self.settings, self.seed = settings, seed
@@ -204,8 +210,13 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
         self.described_round[client] = self.last_trained[client]  # this round
 
     def evaluate_content(self, client: int, arrays: ArrayRecord, config: ConfigRecord) -> RecordDict:
-        """The client's trained model (`personal`) and w̄ (`global`, reported as the global model)."""
-        return RecordDict({GLOBAL: arrays, PERSONAL: self.personal_arrays(client), CONFIG: config})
+        """The client's trained model (`personal`) and w̄ (`global`, reported as the global model).
+        With `evaluate_start` (the safeguard on) `personal` is the client's graph start u_k once it
+        has trained, the model its next training would start from: the client keeps its trained
+        model as its own and mixes u_k, which brings its neighbours' newer models, with it."""
+        start = self.start_arrays(client) if self.evaluate_start else None
+        personal = self.personal_arrays(client) if start is None else start
+        return RecordDict({GLOBAL: arrays, PERSONAL: personal, CONFIG: config})
 
     # --- server step ----------------------------------------------------------------------------
     def after_train(self, server_round: int) -> ArrayRecord | None:
@@ -512,4 +523,5 @@ def build_fedska(cfg: RunConfig, storage: ClientMatrixStorage | None = None) -> 
     reference = truth.label_graph if truth is not None else None
     return FedSKA(cfg.num_clients, cfg.fraction_train, s, seed=cfg.seed,
                   prior=prior, reference=reference,
-                  truth=structure_truth(cfg), matrix_storage=storage)
+                  truth=structure_truth(cfg), matrix_storage=storage,
+                  evaluate_start=cfg.safeguard == "mix")
