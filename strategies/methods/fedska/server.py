@@ -97,6 +97,9 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
     train_message_type = TRAIN_FEDSKA
     train_reply = FedSKATrainReply
     _structure_seconds: float | None = None  # the last structure-learning fit (for the progress log)
+    # the safeguard on: a client holds its trained model as its own, so evaluation sends its graph
+    # start u_k in place of it (start='graph'; a class default, so older checkpoints load)
+    evaluate_start = False
 
     def __init__(self, num_clients: int, fraction_train: float, settings: FedSKASection, *,
                  seed: int, prior: np.ndarray | None = None,
@@ -105,8 +108,6 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
                  matrix_storage: ClientMatrixStorage | None = None,
                  evaluate_start: bool = False) -> None:
         super().__init__(num_clients, fraction_train, matrix_storage=matrix_storage)
-        # the safeguard on: a client holds its trained model as its own, so evaluation sends its
-        # graph start u_k in place of it (start='graph')
         self.evaluate_start = evaluate_start
         if (settings.graph == "label-sharing" or settings.tau > 0) and prior is None:
             raise ValueError("fedska.graph='label-sharing' and fedska.tau > 0 need the prior graph")
