@@ -24,7 +24,8 @@ def _values(record: dict) -> dict:
         if isinstance(value, dict):
             return {k: clean(v) for k, v in value.items() if not k.endswith("seconds")}
         return value
-    return {k: clean(v) for k, v in record.items() if k not in TRANSPORT}
+    return {k: clean(v) for k, v in record.items()
+            if k not in TRANSPORT and not k.endswith(("seconds", "bytes-per-client"))}
 
 
 CASES = {
@@ -35,6 +36,9 @@ CASES = {
     "ifca": {"ifca.clusters": 2, "fraction-train": 0.5},
     # evaluation goes to held-out test clients, training to the others; evaluate.fedcg (balance
     # none: the Sinkhorn queries of each new teacher are phases of their own, fused or not)
+    # the safeguard on: the evaluation's `personal` and `global` are the training's `global` (the
+    # graph start) and `embed_model` (w̄), shared across names
+    "fedska": {"fraction-train": 0.5, "fedska.k": 1, "fedska.structure-steps": 2},
     "fedcg": {"fedcg.balance": "none", "model": "cnn", "partition": "domains", "num-clients": 8, "max-samples-per-client": 30,
               "batch-size": 10, "domain-test-clients": 0.5, "fedcg.teacher-period": 2,
               "fedcg.adj-warmup": 1, "fedcg.bottleneck": 8, "fedcg.domain-stride": 2},
@@ -91,6 +95,29 @@ def test_a_record_identical_in_both_halves_travels_once():
     assert dict(trained.content[METRICS]) == {"train-loss": 1.5}
     assert dict(evaluated.content[METRICS]) == {"correct": 3}
     assert evaluated.metadata.message_type == "evaluate.ifca"
+
+
+def test_a_model_identical_to_a_train_model_of_another_name_travels_once():
+    start, average = (ArrayRecord([np.full(4, v, dtype=np.float32)]) for v in (1.0, 2.0))
+    train = Message(RecordDict({GLOBAL: start, "embed_model": average,
+                                CONFIG: ConfigRecord({"lr": 0.1})}), dst_node_id=3, message_type="train")
+    evaluation = Message(RecordDict({
+        "personal": ArrayRecord([np.full(4, 1.0, dtype=np.float32)]),
+        GLOBAL: ArrayRecord([np.full(4, 2.0, dtype=np.float32)]),
+        "other": ArrayRecord([np.full(4, 3.0, dtype=np.float32)]),
+        CONFIG: ConfigRecord({"lr": 0.1})}), dst_node_id=3, message_type="evaluate")
+    fused = fuse(train, evaluation)
+    models = [name for name, record in fused.content.items() if isinstance(record, ArrayRecord)]
+    assert sorted(models) == sorted([GLOBAL, "embed_model", EVALUATION_PREFIX + "other"])
+    train_part, evaluation_part = split_request(fused)
+    assert sorted(train_part.content.keys()) == sorted([GLOBAL, "embed_model", CONFIG])
+    for name, value in (("personal", 1.0), (GLOBAL, 2.0), ("other", 3.0)):
+        assert evaluation_part.content[name].to_numpy_ndarrays()[0].tolist() == [value] * 4
+    assert train_part.content[GLOBAL].to_numpy_ndarrays()[0].tolist() == [1.0] * 4
+    assert dict(evaluation_part.content[CONFIG]) == {"lr": 0.1}
+    del fused.content["embed_model"]
+    with pytest.raises(ValueError, match="'embed_model'"):
+        split_request(fused)
 
 
 @pytest.mark.federation

@@ -3,8 +3,10 @@
 A deployed message costs seconds of fixed overhead (SuperNode pull, a fresh ClientApp process), so the
 round loop sends a client its evaluation of round r together with its training of round r + 1: the
 client evaluates the model(s) it received, then trains, and replies once. The evaluation's records
-travel as `evaluate:<name>`; a record identical to the train record of the same name (a global model
-both phases send, a client's own personal model) travels once (`FusedEvaluation.shared`). Both halves use
+travel as `evaluate:<name>`; a record identical to a train record travels once
+(`FusedEvaluation.shared`): under the same name (a global model both phases send, a client's own
+personal model) or, for a model, under another (FedSKA's evaluation sends as `personal` and `global`
+the graph start and w̄ that its training sends as `global` and `embed_model`). Both halves use
 these functions: the server to fuse requests and split replies, the client to split a request and fuse
 its two replies.
 """
@@ -31,17 +33,31 @@ def _same(a: object, b: object) -> bool:
     return False
 
 
+def _identical(train: RecordDict, name: str, record: object) -> str | None:
+    """The name of a train record identical to the evaluation's `name` record: the same name first,
+    then, for a model, any other train model; None if there is none."""
+    if name in train and _same(train[name], record):
+        return name
+    if isinstance(record, ArrayRecord):
+        return next((other for other, candidate in train.items()
+                     if isinstance(candidate, ArrayRecord) and _same(candidate, record)), None)
+    return None
+
+
 def fuse(train: Message, evaluation: Message) -> Message:
     """A message of `train`'s type and destination carrying both contents."""
     records = dict(train.content.items())
-    shared = []
+    shared, sources = [], []
     for name, record in evaluation.content.items():
-        if name in records and _same(records[name], record):
-            shared.append(name)
-        else:
+        source = _identical(train.content, name, record)
+        if source is None:
             records[EVALUATION_PREFIX + name] = record
-    records[FUSED] = FusedEvaluation(message_type=evaluation.metadata.message_type,
-                                     shared=shared).config()
+        else:
+            shared.append(name)
+            sources.append(source)
+    renamed = any(name != source for name, source in zip(shared, sources))
+    records[FUSED] = FusedEvaluation(message_type=evaluation.metadata.message_type, shared=shared,
+                                     sources=sources if renamed else []).config()
     return Message(RecordDict(records), dst_node_id=train.metadata.dst_node_id,
                    message_type=train.metadata.message_type, group_id=train.metadata.group_id)
 
@@ -69,8 +85,13 @@ def split_request(message: Message) -> tuple[Message, Message]:
             evaluation[name[len(EVALUATION_PREFIX):]] = record
         else:
             train[name] = record
-            if name in info.shared or name == CLIENT:  # the address applies to both
+            if name == CLIENT:  # the address applies to both
                 evaluation[name] = record
+    for name, source in zip(info.shared, info.sources or info.shared):
+        if source not in train:
+            raise ValueError(f"a fused message shares its train record '{source}' as the evaluation's "
+                             f"'{name}', but carries no '{source}' record")
+        evaluation[name] = train[source]
     return (_with(message, RecordDict(train)),
             _with(message, RecordDict(evaluation), info.message_type))
 

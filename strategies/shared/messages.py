@@ -156,11 +156,19 @@ class EvaluateReply(Record):
 class FusedEvaluation(Record):
     """`fused-evaluate` of a train message that also carries the previous round's evaluation
     (`strategies.shared.fusion`): the client runs the evaluation first, then the training. The evaluation's
-    records travel as `evaluate:<name>`, except `shared` ones, which are identical to the train
-    record of the same name and travel once."""
+    records travel as `evaluate:<name>`, except `shared` ones, which are identical to a train record
+    and travel once: the train record `sources[i]` for `shared[i]` (no `sources`: the same name)."""
 
     message_type: str = Field(pattern=r"^evaluate(\.[A-Za-z_][A-Za-z0-9_]*)?$")
     shared: list[str] = Field(default_factory=list)
+    sources: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _one_source_per_shared_record(self) -> FusedEvaluation:
+        if self.sources and len(self.sources) != len(self.shared):
+            raise ValueError(f"'sources' names {len(self.sources)} train records for "
+                             f"{len(self.shared)} shared ones; give one per shared record or none")
+        return self
 
 
 def with_client(content: RecordDict, client_id: int) -> RecordDict:
