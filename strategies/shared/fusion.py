@@ -5,8 +5,8 @@ round loop sends a client its evaluation of round r together with its training o
 client evaluates the model(s) it received, then trains, and replies once. The evaluation's records
 travel as `evaluate:<name>`; a record identical to a train record travels once
 (`FusedEvaluation.shared`): under the same name (a global model both phases send, a client's own
-personal model) or, for a model, under another (FedSKA's evaluation sends as `personal` and `global`
-the graph start and w̄ that its training sends as `global` and `embed_model`). Both halves use
+personal model) or, for a model, under another (a method whose evaluation sends as `personal` the
+model its training sends as `global`). Both halves use
 these functions: the server to fuse requests and split replies, the client to split a request and fuse
 its two replies.
 """
