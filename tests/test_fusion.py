@@ -34,11 +34,11 @@ CASES = {
     "fedavg": {"fraction-train": 0.5, "eval-every": 2},
     # clients without a cluster are evaluated with `evaluate.ifca`, the others with `evaluate`
     "ifca": {"ifca.clusters": 2, "fraction-train": 0.5},
-    # evaluation goes to held-out test clients, training to the others; evaluate.fedcg (balance
-    # none: the Sinkhorn queries of each new teacher are phases of their own, fused or not)
     # the safeguard on: the evaluation's `personal` and `global` are the training's `global` (the
     # graph start) and `embed_model` (w̄), shared across names
     "fedska": {"fraction-train": 0.5, "fedska.k": 1, "fedska.structure-steps": 2},
+    # evaluation goes to held-out test clients, training to the others; evaluate.fedcg (balance
+    # none: the Sinkhorn queries of each new teacher are phases of their own, fused or not)
     "fedcg": {"fedcg.balance": "none", "model": "cnn", "partition": "domains", "num-clients": 8, "max-samples-per-client": 30,
               "batch-size": 10, "domain-test-clients": 0.5, "fedcg.teacher-period": 2,
               "fedcg.adj-warmup": 1, "fedcg.bottleneck": 8, "fedcg.domain-stride": 2},
