@@ -180,11 +180,13 @@ def _curve_point(record: dict[str, Any]) -> dict[str, Any]:
                        ("worst-5%-mae", (record.get("regression") or {}).get("worst-5%-mae")),
                        ("global-mae", (record.get("global-regression") or {}).get("mae")),
                        ("finetuned-mae", (record.get("finetuned-regression") or {}).get("mae")),
-                       # the safeguard (graph methods): the clients' mean own weight and the
-                       # federation's pooled weight where it hands out the consensus
+                       # the safeguard (graph methods): the clients' mean own weight and, where
+                       # it hands out the consensus, the federation's pooled weight and whether
+                       # the round's sampled clients trained from the consensus
                        ("safeguard-own", record.get("safeguard-own")),
                        ("safeguard-finetuned", record.get("safeguard-finetuned")),
-                       ("safeguard-weight", record.get("safeguard-weight"))):
+                       ("safeguard-weight", record.get("safeguard-weight")),
+                       ("safeguard-start", record.get("safeguard-start"))):
         if value is not None:
             point[key] = value
     return point

@@ -1,8 +1,9 @@
 """The local update most methods share: E epochs of SGD from a received model (plus a method's
 penalty), replied as one named model record with `num-examples` and `train-loss`. With the safeguard
 on (`client_app.safeguard`) it trains outside the held-out slice and keeps the result as the client's
-own model; where the federation hands out its consensus, the model it sends is then trained on the
-slice too (`safeguard.train_on_slice`)."""
+own model (where it trained from the federation's consensus, only if that scores at least as well on
+the slice as its own model, `safeguard.keep_trained`); where the federation hands out its consensus,
+the model it sends is then trained on the slice too (`safeguard.train_on_slice`)."""
 
 from __future__ import annotations
 
@@ -27,10 +28,10 @@ def train_and_reply(
         momentum=ins.momentum, generator=seeded_generator(ins.seed, rt.client_id, ins.server_round),
         penalty=penalty,
     )
-    examples = len(y)
+    examples, fields = len(y), {}
     if context is not None:
-        safeguard.keep_own(context, rt.client_id, model, ins)
+        fields = safeguard.keep_trained(rt, context, model, ins)
         examples += safeguard.train_on_slice(rt, context, model, ins)
-    reply = TrainReply(num_examples=examples, train_loss=loss, cuda=rt.on_cuda)
+    reply = TrainReply(num_examples=examples, train_loss=loss, cuda=rt.on_cuda, **fields)
     return Message(RecordDict({record: model_record(model), METRICS: reply.metrics()}),
                    reply_to=message)

@@ -23,7 +23,12 @@ client's own. With the safeguard on (run config `safeguard = "mix"`; the instruc
    a sampled client also trains the model it sends on its slice (`train_on_slice`; its own model
    stays the one trained without it), so the consensus learns every sample, and a client whose
    update the consensus holds scores, trains from and answers with the consensus less that update
-   (`without_own_update`), which its slice never trained.
+   (`without_own_update`), which its slice never trained. While the instructions carry
+   `safeguard-train-consensus` (the server's `safeguard-start`), a sampled client trains from the
+   consensus itself, as under FedAvg, keeps the trained model as its own only if it scores at least
+   as well on the slice as its own model, and reports how much better its own model was
+   (`keep_trained`); the server pools that and switches the federation to training from the mixes
+   once the own models are clearly better.
 5. where the evaluation fine-tunes the chosen mix (`finetune-epochs` > 0, client_app/evaluation.py),
    answers with the fine-tuned model if it scores at least as well on the slice (with a margin: if it
    is clearly better than the mix; `prefers_finetuned`); the fine-tuned model is the client's own
@@ -133,6 +138,33 @@ def keep_own(context: Context, client: int, model: torch.nn.Module, ins) -> None
     previous = context.state.config_records.get(version)
     count = int(previous["n"]) + 1 if previous is not None else 1
     context.state[version] = ConfigRecord({"n": count})
+
+
+def trains_from_consensus(context: Context, client: int, ins) -> bool:
+    """Whether a sampled client trains from the received consensus itself, as under FedAvg, rather
+    than from its chosen mix: the instructions carry `safeguard-train-consensus` and the client has
+    an own model to compare the trained one with (before, it trains from the received model anyway)."""
+    return (enabled(ins) and bool(getattr(ins, "safeguard_train_consensus", None))
+            and own_model(context, client) is not None)
+
+
+def keep_trained(rt: ClientRuntime, context: Context, model: torch.nn.Module, ins) -> dict[str, float]:
+    """Keep the model a client just trained as its own (`keep_own`). Where it trained from the
+    consensus (`trains_from_consensus`), only if it scores at least as well on the held-out slice as
+    the client's own model (accuracy, then loss; regression: loss), and return the own model's
+    per-sample gains over it there, summed, and their squares, as `TrainReply` fields for the server
+    to pool (its `safeguard-start` decision); {} otherwise."""
+    xv, yv = held_out(rt, ins) if trains_from_consensus(context, rt.client_id, ins) else (None, ())
+    if len(yv) == 0:
+        keep_own(context, rt.client_id, model, ins)
+        return {}
+    own = _per_sample(rt.model(own_model(context, rt.client_id)), xv, yv, ins.batch_size)
+    trained = _per_sample(model, xv, yv, ins.batch_size)
+    if tuple(_summary(trained)) >= tuple(_summary(own)):
+        keep_own(context, rt.client_id, model, ins)
+    gain = _gain(own, trained)
+    return {"safeguard_start_gain": float(gain.sum()),
+            "safeguard_start_square": float((gain**2).sum())}
 
 
 def train_on_slice(rt: ClientRuntime, context: Context, model: torch.nn.Module, ins) -> int:

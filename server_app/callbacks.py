@@ -148,6 +148,7 @@ class Checkpointing(RunCallback):
             "seconds": seconds,
             "pending": pending,
             "safeguard-weight": runner.safeguard_weight,  # the federation's pooled weight, if any
+            "safeguard-start": runner.safeguard_start,  # where sampled clients train from, and why
         })
 
     def restore(self) -> tuple[ArrayRecord, int, float, dict[str, Any] | None]:
@@ -175,6 +176,8 @@ class Checkpointing(RunCallback):
         self.traffic.totals = state["bytes-total"]
         runner.recorder.restore(state["rounds"])
         runner.safeguard_weight = state.get("safeguard-weight")  # absent in older checkpoints
+        if state.get("safeguard-start") is not None:  # older checkpoints: the run config's start
+            runner.safeguard_start = state["safeguard-start"]
         return state["arrays"], state["round"], state["seconds"], state.get("pending")
 
 

@@ -36,7 +36,7 @@ from server_app.checkpoint import CheckpointStore
 from server_app.metrics import accuracy_summary, regression_summary
 from server_app.reporting import RunRecorder
 from server_app.clients import ClientGrid, TrainClients
-from strategies.shared.evidence import federation_weight, grid
+from strategies.shared.evidence import StartEvidence, federation_weight, grid
 from strategies.shared.personalized import PersonalizedStrategy
 from strategies.shared.provenance import code_fingerprint
 from strategies.shared.registry import METHODS
@@ -113,6 +113,10 @@ class FederationRunner:
         # the federation's safeguard weight, pooled from the last evaluation's reported gains (None:
         # no client reported any; strategies/shared/evidence.py)
         self.safeguard_weight: float | None = None
+        # where it hands every client the consensus: whether sampled clients train from it
+        # (`safeguard-start`), and the held-out gains of their own models over the models they
+        # trained from it, pooled since the start, with their squares
+        self.safeguard_start = StartEvidence(cfg.safeguard_start)
         self.recorder = recorder
         self.clients = ClientGrid(grid, cfg.num_clients, code_fingerprint(),
                                   ReplyValidator(cfg.max_update_norm, known_record_names(),
@@ -200,18 +204,20 @@ class FederationRunner:
     def safeguard_fields(self) -> dict[str, Any]:
         """`safeguard-holdout` / `safeguard-grid` for a method whose clients honour the safeguard
         (`Method.safeguard`) when the run config turns it on, nothing otherwise; while the strategy
-        hands every client the consensus (`hands_out_consensus`), also `safeguard-margin` and, once
-        clients reported their gains, the federation's pooled `safeguard-weight`."""
+        hands every client the consensus (`hands_out_consensus`, with a margin), also
+        `safeguard-margin`, once clients reported their gains the federation's pooled
+        `safeguard-weight`, and while sampled clients train from the consensus
+        (`safeguard-start`), `safeguard-train-consensus`."""
         cfg = self.cfg
         if cfg.safeguard == "off" or not METHODS[cfg.method].safeguard:
             return {}
         fields = {"safeguard_holdout": cfg.safeguard_holdout, "safeguard_grid": cfg.safeguard_grid}
-        consensus = (isinstance(self.strategy, PersonalizedStrategy)
-                     and self.strategy.hands_out_consensus())
-        if consensus and cfg.safeguard_margin > 0.0:
+        if self.consensus_safeguard():
             fields["safeguard_margin"] = cfg.safeguard_margin
             if self.safeguard_weight is not None:
                 fields["safeguard_weight"] = self.safeguard_weight
+            if self.safeguard_start.from_consensus:
+                fields["safeguard_train_consensus"] = True
             if cfg.safeguard_send_slice:
                 fields["safeguard_send_slice"] = True
                 mass = self.strategy.consensus_mass()
@@ -219,6 +225,39 @@ class FederationRunner:
                     (fields["safeguard_consensus_round"], fields["safeguard_consensus_examples"],
                      fields["safeguard_consensus_clients"]) = mass
         return fields
+
+    def consensus_safeguard(self) -> bool:
+        """Whether the safeguard is on for this method and the strategy hands every client the
+        federation's consensus, with a margin: the case of the federation's weight and start."""
+        cfg = self.cfg
+        return (cfg.safeguard != "off" and METHODS[cfg.method].safeguard
+                and cfg.safeguard_margin > 0.0 and isinstance(self.strategy, PersonalizedStrategy)
+                and self.strategy.hands_out_consensus())
+
+    def pool_start(self, server_round: int, replies: Replies, from_consensus: bool
+                   ) -> dict[str, Any]:
+        """Pool the train replies' held-out gains of the clients' own models over the models they
+        trained from the consensus (`StartEvidence`); the round record's `safeguard-start` (1: this
+        round's sampled clients trained from the consensus, 0: from their mixes) and
+        `safeguard-start-evidence` (the pooled gains since the start in standard errors), where
+        the case applies."""
+        if not self.consensus_safeguard():
+            return {}
+        reports = []
+        for _, reply in replies:
+            metrics = reply.content[METRICS]
+            if "safeguard-start-gain" in metrics and "safeguard-start-square" in metrics:
+                reports.append((metrics["safeguard-start-gain"], metrics["safeguard-start-square"]))
+        start = self.safeguard_start
+        switched = start.switched
+        start.pool(server_round, reports, self.cfg.safeguard_margin)
+        if start.switched is not None and switched is None:
+            log.info("round %d: the clients' own models are clearly better on their held-out slices "
+                     "than the models they trained from the consensus (%.2f standard errors); "
+                     "sampled clients train from their mixes from round %d on",
+                     server_round, start.statistic, server_round + 1)
+        return {"safeguard-start": 1.0 if from_consensus else 0.0,
+                "safeguard-start-evidence": start.statistic}
 
     def evaluate_config(self, server_round: int) -> EvaluateInstructions:
         cfg = self.cfg
@@ -362,11 +401,13 @@ class FederationRunner:
                                     "train-loss": None,
                                     "seconds": time.perf_counter() - round_start, **self._traffic()})
                 continue
+            from_consensus = self.safeguard_start.from_consensus  # this round's instructions
             messages, replies = self.train_phase(server_round, arrays, pending)
             pending = None
             trained = [client for client, _ in replies]
             failed = sorted({m.metadata.dst_node_id for m in messages} - set(trained))
             new_arrays, train_metrics = self.aggregate_train(server_round, replies)
+            start = self.pool_start(server_round, replies, from_consensus)
             self.method_step("after_aggregate", server_round)
             if new_arrays is not None:
                 arrays = new_arrays
@@ -377,6 +418,7 @@ class FederationRunner:
                 "unreachable-clients": self.clients.missing_clients(),  # no SuperNode this round
                 "train-loss": float(train_metrics["train-loss"]) if train_metrics else None,
                 **train_devices([reply for _, reply in replies]),
+                **start,
             }
             if self.evaluates(server_round) and cfg.fuse_evaluate:
                 # reported now, as its state is this round's; the evaluation follows next phase

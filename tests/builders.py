@@ -26,14 +26,17 @@ def evaluate_config(**fields: Any) -> ConfigRecord:
 def instruction_runner(method: str, strategy: Any = None, weight: float | None = None,
                        **overrides: Any) -> Any:
     """A FederationRunner holding only what its instruction builders (`train_config`,
-    `evaluate_config`, `safeguard_fields`, `pool_safeguard`) read: the run config of `method` with
-    `overrides` (run-config keys), the strategy and the federation's safeguard weight."""
+    `evaluate_config`, `safeguard_fields`, `pool_safeguard`, `pool_start`) read: the run config of
+    `method` with `overrides` (run-config keys), the strategy, the federation's safeguard weight and
+    its start (`StartEvidence` of the run config's `safeguard-start`)."""
     from server_app.runner import FederationRunner
+    from strategies.shared.evidence import StartEvidence
     from strategies.shared.run_config import RunConfig, default_run_config
 
     runner = FederationRunner.__new__(FederationRunner)
     runner.cfg = RunConfig.from_flower({**default_run_config(), "method": method, **overrides})
     runner.strategy, runner.safeguard_weight = strategy, weight
+    runner.safeguard_start = StartEvidence(runner.cfg.safeguard_start)
     return runner
 
 

@@ -198,10 +198,12 @@ def test_a_curve_point_keeps_the_safeguards_choices_where_a_round_has_them():
     from benchmarks.compare import _curve_point
 
     record = {"round": 3, "seconds": 1.5, "personalized": {"mean": 90.0, "worst-5%": 80.0},
-              "safeguard-own": 0.25, "safeguard-finetuned": 4, "safeguard-weight": 0.75}
+              "safeguard-own": 0.25, "safeguard-finetuned": 4, "safeguard-weight": 0.75,
+              "safeguard-start": 0.0}
     point = _curve_point(record)
     assert point["safeguard-own"] == 0.25 and point["safeguard-weight"] == 0.75
-    assert point["safeguard-finetuned"] == 4
+    assert point["safeguard-finetuned"] == 4 and point["safeguard-start"] == 0.0
     assert point["personalized-mean"] == 90.0
     plain = _curve_point({"round": 1, "personalized": {"mean": 50.0}})
-    assert not {"safeguard-own", "safeguard-finetuned", "safeguard-weight"} & set(plain)
+    assert not {"safeguard-own", "safeguard-finetuned", "safeguard-weight",
+                "safeguard-start"} & set(plain)

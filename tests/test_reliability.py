@@ -411,9 +411,10 @@ def test_declared_model_records_are_accepted_and_checked_undeclared_ones_are_dro
         "records: unexpected record(s) ['cluster-7'] in a 'train.ifca' reply")
 
 
-def test_a_checkpoint_keeps_the_federations_safeguard_weight(tmp_path):
-    """The federation's pooled weight (server state) survives a resume: the restored runner sends
-    the weight of the interrupted run, not the consensus's 1, with its next instructions."""
+def test_a_checkpoint_keeps_the_federations_safeguard_weight_and_start(tmp_path):
+    """The federation's pooled weight and start (server state) survive a resume: the restored runner
+    sends the weight of the interrupted run, not the consensus's 1, and its clients train from their
+    mixes if the interrupted run had switched to them, with its next instructions."""
     from types import SimpleNamespace
 
     from builders import consensus_strategy, instruction_runner
@@ -428,9 +429,13 @@ def test_a_checkpoint_keeps_the_federations_safeguard_weight(tmp_path):
 
     store = CheckpointStore(tmp_path)
     interrupted = runner(0.25)
+    interrupted.safeguard_start.pool(3, [(9.0, 9.0)], 1.0)  # 3 standard errors: the mix from now on
     Checkpointing(interrupted, store, TrafficCount(2)).round_finished(
         interrupted.cfg.num_rounds, ArrayRecord(), 1.0, None)
     resumed = runner(None)
+    assert TrainInstructions.read(resumed.train_config(2).config()).safeguard_train_consensus
     Checkpointing(resumed, store, TrafficCount(2)).restore()
     assert resumed.safeguard_weight == 0.25
-    assert TrainInstructions.read(resumed.train_config(2).config()).safeguard_weight == 0.25
+    assert (resumed.safeguard_start.switched, resumed.safeguard_start.gain) == (3, 9.0)
+    sent = TrainInstructions.read(resumed.train_config(2).config())
+    assert sent.safeguard_weight == 0.25 and sent.safeguard_train_consensus is None

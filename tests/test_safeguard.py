@@ -210,6 +210,103 @@ def test_the_runner_pools_the_reported_gains_into_the_next_instructions():
     assert runner.pool_safeguard([worse] * 5) and runner.safeguard_weight == 1.0
 
 
+def test_the_start_switches_to_the_mix_once_the_own_models_are_clearly_better():
+    from strategies.shared.evidence import StartEvidence
+
+    federation = StartEvidence("federation")
+    assert federation.from_consensus and federation.statistic is None
+    federation.pool(2, [(3.0, 5.0), (-1.0, 3.0)], 1.0)  # 2 / √8 = 0.71 standard errors: not yet
+    assert federation.from_consensus and federation.statistic == pytest.approx(2 / math.sqrt(8))
+    federation.pool(3, [(4.0, 4.0), (float("nan"), 1.0), (1.0, -1.0)], 1.0)  # 6 / √12 = 1.73
+    assert not federation.from_consensus and federation.switched == 3  # (malformed reports skipped)
+    federation.pool(4, [(-50.0, 50.0)], 1.0)  # final: the consensus is not taken back
+    assert not federation.from_consensus and federation.switched == 3
+    always = StartEvidence("consensus")
+    always.pool(2, [(9.0, 9.0)], 1.0)
+    assert always.from_consensus and always.switched is None
+    assert not StartEvidence("mix").from_consensus
+
+
+def test_the_runner_pools_the_start_evidence_of_the_train_replies(node):  # node: task identity
+    from strategies.shared.messages import TrainInstructions, TrainReply
+
+    def replies(*reports):
+        return [(client, _message({METRICS: TrainReply(
+            num_examples=10, train_loss=1.0, safeguard_start_gain=gain,
+            safeguard_start_square=square).metrics()}, TRAIN_LOCAL))
+            for client, (gain, square) in enumerate(reports)]
+
+    def start(runner, server_round):
+        return TrainInstructions.read(runner.train_config(server_round).config()
+                                      ).safeguard_train_consensus
+
+    runner = instruction_runner("flt", consensus_strategy())
+    assert start(runner, 2)
+    assert runner.pool_start(2, replies((1.0, 4.0)), True) == {
+        "safeguard-start": 1.0, "safeguard-start-evidence": 0.5}
+    record = runner.pool_start(3, replies((3.0, 3.0), (2.0, 2.0)), True)  # 6 / √9: 2 > 1
+    assert record["safeguard-start-evidence"] == pytest.approx(2.0)
+    assert start(runner, 4) is None  # the own models are clearly better: the mix from now on
+    assert runner.pool_start(4, replies(), False)["safeguard-start"] == 0.0
+    mix = instruction_runner("flt", consensus_strategy(), **{"safeguard-start": "mix"})
+    assert start(mix, 2) is None
+    consensus = instruction_runner("flt", consensus_strategy(), **{"safeguard-start": "consensus"})
+    consensus.pool_start(2, replies((9.0, 9.0)), True)
+    assert start(consensus, 3)
+    assert instruction_runner("flt").pool_start(2, replies((1.0, 1.0)), True) == {}  # no consensus
+    for off in ({"safeguard": "off"}, {"safeguard-margin": 0.0}):
+        runner = instruction_runner("flt", consensus_strategy(), **off)
+        assert runner.pool_start(2, replies((1.0, 1.0)), True) == {} and not start(runner, 2)
+
+
+def test_from_the_consensus_a_client_trains_it_and_keeps_the_better_of_it_and_its_own(node):
+    """With `safeguard-train-consensus` a client that has an own model trains the received
+    consensus itself (as a client without one does), keeps the trained model as its own only if it
+    scores at least as well on its held-out slice (accuracy, then loss), and reports how much
+    better its own model was there."""
+    from strategies.shared.messages import TrainInstructions
+
+    cfg, context = node
+    for round_ in range(1, 6):  # a few epochs: an own model that knows client 0's labels
+        start = safeguard.own_model(context, 0) or _model(cfg, 1)
+        _train(context, start, server_round=round_, **GUARD)
+    good = safeguard.own_model(context, 0)
+    fields = dict(**GUARD, safeguard_margin=1.0, safeguard_train_consensus=True, server_round=6)
+    ins = TrainInstructions.read(train_config(**fields))
+    rt = _runtime(context)
+    xv, yv = safeguard.held_out(rt, ins)
+
+    def on_slice(record):
+        return safeguard._per_sample(rt.model(record), xv, yv, ins.batch_size)
+
+    def same(a, b):
+        return all(np.array_equal(a[k].numpy(), b[k].numpy()) for k in a)
+
+    received = _model(cfg, 4)  # untrained: one short epoch from it is worse than the own model
+    reply = _train(context, received, **fields)
+    fresh = Context(run_id=1, node_id=context.node_id, node_config=context.node_config,
+                    state=RecordDict(), run_config=context.run_config)
+    alone = _train(fresh, received, **fields)  # no own model yet: it trains the received model
+    assert same(reply.content[PERSONAL], alone.content[PERSONAL])
+    assert "safeguard-start-gain" not in alone.content[METRICS]
+    gain = safeguard._gain(on_slice(good), on_slice(reply.content[PERSONAL]))
+    metrics = reply.content[METRICS]
+    assert metrics["safeguard-start-gain"] == pytest.approx(float(gain.sum())) and gain.sum() > 0
+    assert metrics["safeguard-start-square"] == pytest.approx(float((gain**2).sum()))
+    assert same(safeguard.own_model(context, 0), good)  # worse on the slice: the own model stays
+    x, y = rt.tensors("train")
+    strong = rt.model(good)
+    from client_app.training import seeded_generator, train_epochs
+    train_epochs(strong, x, y, epochs=30, batch_size=16, lr=0.1, momentum=0.0,
+                 generator=seeded_generator(0))  # has seen the held-out slice too
+    reply = _train(context, ArrayRecord({k: v.detach() for k, v in strong.state_dict().items()}),
+                   **fields)
+    trained = reply.content[PERSONAL]
+    assert safeguard._summary(on_slice(trained)) >= safeguard._summary(on_slice(good))
+    assert same(safeguard.own_model(context, 0), trained)  # at least as good: it is the own model
+    assert reply.content[METRICS]["safeguard-start-gain"] <= 0.0
+
+
 def test_the_round_record_counts_the_clients_that_answered_fine_tuned(node):  # node: task identity
     runner = instruction_runner("flt", consensus_strategy())
     runner.latest = {}

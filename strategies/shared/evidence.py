@@ -5,13 +5,16 @@ A client scores each mixing weight a of its grid on its held-out slice and sums,
 per-sample gains over the reference mix (+1 / −1 where only one of the two is right; regression: the
 error reduction) and their squares. `clearly_better` tests one such sum; `federation_weight` pools
 the sums that the clients of a federation report and picks the weight that is clearly better for the
-federation as a whole, which a single client's few dozen samples cannot show.
+federation as a whole, which a single client's few dozen samples cannot show. `StartEvidence` pools,
+in the same way, how much better the clients' own models are than the models they trained from the
+federation's consensus, and decides where their training starts.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from statistics import NormalDist
 
 
@@ -52,3 +55,41 @@ def federation_weight(reports: Sequence[tuple[Sequence[float], Sequence[float]]]
         if clearly_better(total, squares, margin) and total > best_total:
             best, best_total = float(a), total
     return best
+
+
+@dataclass
+class StartEvidence:
+    """Where a federation hands every client its consensus, where a sampled client's training starts
+    (run config `safeguard-start`): `consensus` (FedAvg's start), `mix` (the client's chosen mix) or
+    `federation`: the consensus until the clients' own models are clearly better on their held-out
+    slices than the models they trained from it, summed over every such report since the start
+    (`pool`), then the mix for the rest of the run. Clients whose own model is much better than what
+    one round of training from the consensus gives (the federation has structure the consensus
+    misses) keep training their own models; where it is not, the consensus is trained as FedAvg
+    trains it and every client's start stays close to it."""
+
+    mode: str
+    gain: float = 0.0  # Σ per-sample gains of the own models over the trained ones, since the start
+    square: float = 0.0  # Σ of their squares
+    switched: int | None = None  # the round whose reports made the federation switch to the mix
+
+    @property
+    def from_consensus(self) -> bool:
+        """Whether sampled clients train from the consensus (in the next train instructions)."""
+        return self.mode == "consensus" or (self.mode == "federation" and self.switched is None)
+
+    @property
+    def statistic(self) -> float | None:
+        """The pooled gains in standard errors (None before any report)."""
+        return self.gain / math.sqrt(self.square) if self.square > 0.0 else None
+
+    def pool(self, server_round: int, reports: Sequence[tuple[float, float]], margin: float) -> None:
+        """Add a round's reports (gain, square) and, in `federation` mode, switch to the mix once the
+        sum is `margin` standard errors above zero (`clearly_better`); the switch is final."""
+        for gain, square in reports:
+            if math.isfinite(gain) and math.isfinite(square) and square >= 0.0:
+                self.gain += float(gain)
+                self.square += float(square)
+        if (self.mode == "federation" and self.switched is None
+                and clearly_better(self.gain, self.square, margin)):
+            self.switched = server_round

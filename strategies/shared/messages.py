@@ -73,6 +73,10 @@ class SafeguardInstructions(Record):
     # aggregate the consensus is, the examples it averaged (Σ n_j) and whose models it holds, so that
     # a client whose update it holds can score with it less that update
     safeguard_send_slice: bool | None = None
+    # there, whether a sampled client trains from the consensus itself (FedAvg's start) rather than
+    # from its chosen mix, keeping as its own model the better on its slice of the two, and reports
+    # how much better its own model was than the trained one (`TrainReply.safeguard_start_*`)
+    safeguard_train_consensus: bool | None = None
     safeguard_consensus_round: int | None = Field(None, ge=1)
     safeguard_consensus_examples: float | None = Field(None, gt=0.0)
     safeguard_consensus_clients: list[int] | None = None
@@ -97,6 +101,10 @@ class TrainReply(Record):
     num_examples: int = Field(ge=0)
     train_loss: float
     cuda: int | None = Field(None, ge=0, le=1)  # the device it trained on: 1 a CUDA GPU, 0 the CPU
+    # with `safeguard-train-consensus`: the summed held-out gains of the client's own model over the
+    # model it trained from the consensus, and their squares (strategies/shared/evidence.py)
+    safeguard_start_gain: float | None = None
+    safeguard_start_square: float | None = Field(None, ge=0.0)
 
 
 class EvaluateInstructions(SafeguardInstructions):
