@@ -440,26 +440,25 @@ def test_default_umap_neighbourhood_keeps_small_clusters_apart_that_fifteen_merg
 
 
 @pytest.mark.federation
-def test_reference_umap_neighbours_reproduce_the_numbers_before_the_default_changed(tiny_run,
-                                                                                   tmp_path):
-    """`flt.threshold=absolute flt.umap-neighbors=15 flt.fresh-only=false` ([C]) on a 9-client,
-    3-cluster run: the numbers measured while these were the defaults, re-measured with the portable
-    CPU kernels (models/kernels.py; the AVX-512 kernels gave 84.2593 %, 35 entries, 9/13):
-    personalized mean 82.8704 %, 39 entries of Ã, 60 % of its edges inside clusters; with the default
-    5 UMAP neighbours the same threshold puts more of its edges inside clusters (9/14; the AVX-512
-    kernels gave 1.0: on 9 clients a pair's distance near the absolute threshold flips)."""
+def test_reference_umap_neighbours_link_across_clusters_more_than_the_default(tiny_run, tmp_path):
+    """`flt.threshold=absolute flt.umap-neighbors=15 flt.fresh-only=false` ([C], the defaults before
+    they changed) on a 9-client, 3-cluster run puts fewer of Ã's edges inside the true clusters than
+    the default 5 UMAP neighbours with the same threshold. The exact numbers depend on the CPU that
+    UMAP's compiled code runs on (on 9 clients a pair's distance near the absolute threshold flips):
+    measured 82.87 % / 60 % of the edges inside clusters against 9/14 on one machine, 85.19 % / 53 %
+    against 90 % on another; the order holds on both."""
     common = {**tiny_run, "method": "flt", "partition": "label-clusters", "num-clusters": 3,
               "labels-per-cluster": 2, "num-clients": 9, "safeguard": "off",  # measured before it
               "flt.no-structure": "keep"}  # and before the structure check
     reference = simulate({**common, "flt.threshold": "absolute", "flt.umap-neighbors": 15,
                           "flt.fresh-only": False,
                           "run-name": "reference"})
-    assert reference["final"]["personalized"]["mean"] == pytest.approx(82.87037037037037, abs=1e-9)
-    assert float(np.load(tmp_path / "reference" / "graph.npy").sum()) == 39.0
-    assert reference["flt"]["edges-inside-true-clusters"] == pytest.approx(0.6)
+    inside = reference["flt"]["edges-inside-true-clusters"]
+    assert inside < 0.8  # 15 neighbours span more than one cluster of 6 centroids
+    assert float(np.load(tmp_path / "reference" / "graph.npy").sum()) > 9 * 3  # links beyond clusters
+    assert reference["final"]["personalized"]["mean"] > 60.0  # it learns (2 labels per client)
     five = simulate({**common, "flt.threshold": "absolute", "run-name": "five"})
-    assert five["flt"]["edges-inside-true-clusters"] == pytest.approx(9 / 14)
-    assert five["flt"]["edges-inside-true-clusters"] > reference["flt"]["edges-inside-true-clusters"]
+    assert five["flt"]["edges-inside-true-clusters"] > inside
 
 
 def test_the_flt_page_documents_every_flt_key():
