@@ -271,9 +271,17 @@ def mix_run(name: str, seed: int = 0) -> str:
 
 def default_run(name: str, seed: int = 0) -> str:
     """The 50-client run of STRUCTURE_RUNS' `name` with the shipped defaults: without groups the
-    run in which every sample trains the consensus (`slice`), with groups (which that change does
-    not touch) the `answer` run."""
-    return variant_run(name, "slice" if name in MARGIN_RUNS else "answer", seed)
+    run in which sampled clients train from the consensus until their own models are clearly better
+    (`start`), with groups (which neither that nor every sample training the consensus touches)
+    the `answer` run."""
+    return variant_run(name, "start" if name in MARGIN_RUNS else "answer", seed)
+
+
+def slice_run(name: str, seed: int = 0) -> str:
+    """The 50-client run of STRUCTURE_RUNS' `name` (without groups) in which every sample trained
+    the consensus and sampled clients trained from their mixes: the default before `start`, and
+    the same command with `safeguard-start=mix`."""
+    return variant_run(name, "slice", seed)
 
 
 def answer_run(name: str, seed: int = 0) -> str:
@@ -286,9 +294,9 @@ def variant_run(name: str, variant: str, seed: int = 0) -> str:
     """The 50-client run of STRUCTURE_RUNS' `name` with the shipped defaults but `variant`'s
     settings (its command names them): `keep` flt.no-structure=keep, `no-weight`
     safeguard-margin=0 (no federation weight), `holdout005` safeguard-holdout=0.05,
-    `structure-safeguard-off` safeguard=off; `slice` (without groups) and `answer` (with groups)
-    the defaults themselves; `answer` without groups, `mix` and `structure` the defaults of
-    earlier code (`answer_run`, `mix_run`)."""
+    `structure-safeguard-off` safeguard=off, `start-mix` safeguard-start=mix; `start` (without
+    groups) and `answer` (with groups) the defaults themselves; `slice`, `answer` without groups,
+    `mix` and `structure` the defaults of earlier code (`slice_run`, `answer_run`, `mix_run`)."""
     return f"method-safeguard/flt-{name}-m50-{variant}{f'-seed{seed}' if seed else ''}"
 
 
@@ -301,7 +309,7 @@ STRUCTURE_TABLES = (
        variant_run(name, "structure-safeguard-off") if name in MARGIN_RUNS else None)
       for name, title in STRUCTURE_RUNS),
     ("domains 0° / 180°, 20 clients, ρ = 0.2, 20 rounds", "flt-domains2-rho0.2-keep",
-     "flt-domains2-rho0.2-slice", "flt-domains2-rho0.2-no-weight", None),
+     "method-safeguard/flt-domains2-rho0.2-start", "flt-domains2-rho0.2-no-weight", None),
 )
 
 
@@ -337,13 +345,15 @@ def structure_tables(prefix: str) -> str:
                   "best baseline", "Δ (default)", "Δ (+FT)"), rows, "lrrrrrrllrr")
 
 
-# (title, seed, the run with the defaults, the run before every sample trained the consensus, the
-# same with the mix answering, the run with safeguard-margin 0 (no federation weight, nor the
+# (title, seed, the run with the defaults, the run with sampled clients training from their mixes
+# (the default before), the run before every sample trained the consensus, the same with the mix
+# answering, the run with safeguard-margin 0 (no federation weight, nor the
 # slice's training of the consensus), the run with safeguard-holdout 0.05 or None) of the 50-client
 # tables without groups: seed 0 is the committed table, seed 1 a second draw of data and sampling
 WEIGHT_SEEDS = tuple(
-    (title, seed, default_run(name, seed), answer_run(name, seed), mix_run(name, seed),
-     variant_run(name, "no-weight", seed), None if seed else variant_run(name, "holdout005"))
+    (title, seed, default_run(name, seed), slice_run(name, seed), answer_run(name, seed),
+     mix_run(name, seed), variant_run(name, "no-weight", seed),
+     None if seed else variant_run(name, "holdout005"))
     for name, title in STRUCTURE_RUNS if name in MARGIN_RUNS
     for seed in (0, 1))
 
@@ -371,28 +381,89 @@ def federation_weight_seeds(prefix: str) -> str:
     """FLT on the complete graph with and without the federation weight, against FedAvg and
     FedAvg+FT of the same run, on two seeds."""
     rows = []
-    for title, seed, default_name, answer_name, mix_name, plain_name, half_name in WEIGHT_SEEDS:
+    for (title, seed, default_name, slice_name, answer_name, mix_name, plain_name,
+         half_name) in WEIGHT_SEEDS:
         run, answered, mixed = compare(default_name), compare(answer_name), compare(mix_name)
+        sliced = compare(slice_name)
         plain = compare(plain_name)
         half = compare(half_name) if half_name else None
         if half is not None:
             expect_run_setting(half, "safeguard-holdout", 0.05)
         expect_run_setting(plain, "safeguard-margin", 0.0)
         expect_run_setting(run, "safeguard-send-slice", True)
+        expect_run_setting(run, "safeguard-start", "federation")
         expect_same_training(answered, mixed, ("flt",))
-        for result in (run, answered, mixed, plain, half):
+        for result in (run, sliced, answered, mixed, plain, half):
             if result is not None:
                 expect_run_setting(result, "seed", seed)
         flt_ft = run.ft("flt")
         best = max(run.baselines().values())
-        rows.append((title, str(seed), num(run.pers("flt")), num(answered.pers("flt")),
+        rows.append((title, str(seed), num(run.pers("flt")), num(sliced.pers("flt")),
+                     num(answered.pers("flt")),
                      num(mixed.pers("flt")), num(flt_ft), num(run.pers("fedavg")),
                      num(run.ft("fedavg")), signed(run.pers("flt") - best),
+                     signed(sliced.pers("flt") - best),
                      signed(answered.pers("flt") - best), signed(late_gap(run)),
                      num(plain.pers("flt")), signed(run.pers("flt") - plain.pers("flt")),
                      "—" if half is None else num(half.pers("flt"))))
-    return table(("run", "seed", "FLT (default)", "FLT, the slice held out of the consensus",
+    return table(("run", "seed", "FLT (default)", "FLT, training from the mixes",
+                  "FLT, the slice held out of the consensus",
                   "FLT, the mix answers", "FLT +FT", "FedAvg", "FedAvg+FT", "Δ (default)",
+                  "Δ (training from the mixes)",
                   "Δ (the slice held out)", f"Δ (default), mean of the last {LATE_ROUNDS} rounds",
                   "safeguard-margin 0", "default − margin 0", "held-out 5 %"), rows,
-                 "lrrrrrrrrrrrrr")
+                 "lrrrrrrrrrrrrrrr")
+
+
+# (title, seed, the run with the defaults, the same command with safeguard-start=mix, the committed
+# run of the earlier default that the latter repeats) where FLT hands every client the consensus:
+# the 50-client tables without groups on two seeds, 30 clients on a third, and two rotations that
+# the structure check cannot separate
+START_RUNS = (
+    *((f"{title}, 50 clients, ρ = 0.2, 50 rounds", seed, variant_run(name, "start", seed),
+       variant_run(name, "start-mix", seed), slice_run(name, seed))
+      for name, title in STRUCTURE_RUNS if name in MARGIN_RUNS for seed in (0, 1)),
+    *((f"{title}, 30 clients, ρ = 0.2, 50 rounds", 2, f"method-safeguard/flt-{name}-m30-seed2-start",
+       f"method-safeguard/flt-{name}-m30-seed2-start-mix", f"method-safeguard/flt-{name}-m30-seed2")
+      for name, title in STRUCTURE_RUNS if name in MARGIN_RUNS),
+    ("domains 0° / 180°, 20 clients, ρ = 0.2, 20 rounds", 0,
+     "method-safeguard/flt-domains2-rho0.2-start", "method-safeguard/flt-domains2-rho0.2-start-mix",
+     "flt-domains2-rho0.2-slice"),
+)
+
+
+def switch_round(run) -> int | None:
+    """The first round whose sampled clients trained from their mixes rather than the consensus
+    (the run's per-round `safeguard-start`), None if every round trained from the consensus."""
+    return next((r for r, start in run.curve("flt", "safeguard-start") if start == 0.0), None)
+
+
+@block("flt-start")
+def start_table(prefix: str) -> str:
+    """FLT where it hands out the consensus, training from the consensus until the clients' own
+    models are clearly better (the default) against training from the clients' mixes throughout,
+    beside FedAvg, FedAvg+FT (and Local) of the default's run."""
+    rows = []
+    for title, seed, default_name, mix_name, earlier_name in START_RUNS:
+        run, mixed = compare(default_name), compare(mix_name)
+        if compare(earlier_name).pers("flt") != mixed.pers("flt"):
+            raise ValueError(f"docs: {mix_name} does not repeat {earlier_name}, the earlier "
+                             "default's run of the same command")
+        expect_run_setting(run, "safeguard-start", "federation")
+        expect_run_setting(mixed, "safeguard-start", "mix")
+        for result in (run, mixed):
+            expect_run_setting(result, "seed", seed)
+            if not result.get("flt", "flt").get("complete-graph"):
+                raise ValueError(f"docs: {result.name}: FLT found groups; this table is of the "
+                                 "consensus it hands out without them")
+        base = run.baselines()
+        best = max(base, key=base.get)
+        switched = switch_round(run)
+        rows.append((title, str(seed), num(run.pers("flt")), num(run.ft("flt")),
+                     num(mixed.pers("flt")), num(run.pers("fedavg")), num(run.ft("fedavg")),
+                     num(run.pers("local")) if "local" in run.methods else "—",
+                     "—" if switched is None else str(switched),
+                     signed(run.pers("flt") - base[best]), signed(mixed.pers("flt") - base[best])))
+    return table(("run", "seed", "FLT (default)", "FLT +FT", "FLT, safeguard-start=mix",
+                  "FedAvg", "FedAvg+FT", "Local", "trains from the mixes from round",
+                  "Δ (default)", "Δ (safeguard-start=mix)"), rows, "lrrrrrrrrrr")

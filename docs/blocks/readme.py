@@ -113,11 +113,10 @@ ROWS = (
                                  "fedska-mnist-shards-q10-k100-defaults",
                                  "sfl-mnist-shards-q10-k100", "fedska-mnist-shards-q10-k100")),
 )
-# (shipped defaults: the safeguard with the federation weight and FLT's structure check; the check
-# with safeguard-margin 0 (no federation weight, nor the slice's training of the consensus); the
-# thresholded graph with the safeguard; neither; FLT's reference
-# absolute threshold)
-UNSTRUCTURED = tuple((f"{SG}flt-{name}-m50-slice", f"{SG}flt-{name}-m50-no-weight",
+# (shipped defaults: the safeguard with the federation's weight and start and FLT's structure check;
+# the check with safeguard-margin 0 (no federation weight or start, nor the slice's training of the
+# consensus); the thresholded graph with the safeguard; neither; FLT's reference absolute threshold)
+UNSTRUCTURED = tuple((f"{SG}flt-{name}-m50-start", f"{SG}flt-{name}-m50-no-weight",
                       f"{SG}flt-{name}-m50-keep", f"flt-{name}-m50-defaults", f"flt-{name}-m50")
                      for name in ("iid", "dirichlet1"))
 STYLES = ("fedcg-styles-k1-defaults", "fedcg-styles-k2-b16")

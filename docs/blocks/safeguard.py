@@ -96,17 +96,19 @@ def method_tables(prefix: str) -> str:
 ANSWER_MIX = {"sfl": "suite/safeguard", "sfl-star": "suite/safeguard", "fedu": "suite/safeguard",
               "fedska": "suite/fedska-eg1", "flt": "suite/flt-pooled"}
 ANSWER_DEFAULT = ("suite/answer-a", "suite/answer-b")
-# suite parts of a later default (method: folder, what the answer rule's runs did instead): FLT with
-# every sample training the consensus, FedSKA evaluating the graph start
-LATER_DEFAULT = {"flt": ("suite/flt-slice", "the slice held out of the consensus"),
-                 "fedska": ("suite/fedska-evaluate-start", "evaluated with its trained model")}
+# suite parts of later defaults, oldest first (method: (folder, what the row before it did
+# instead), ...): FLT with every sample training the consensus, then training from the consensus
+# until the own models are clearly better; FedSKA evaluating the graph start
+LATER_DEFAULT = {"flt": (("suite/flt-slice", "the slice held out of the consensus"),
+                         ("suite/flt-start", "training from the mixes")),
+                 "fedska": (("suite/fedska-evaluate-start", "evaluated with its trained model"),)}
 
 
 @block("safeguard-answer")
 def answer_rule(prefix: str) -> str:
     """Per graph method and suite cell: Δ with the mix answering and with the held-out slice
     choosing the answer, on the same runs (the fine-tuned rows of the two agree to the digit: only
-    the answer differs), and for FLT and FedSKA their later default (`LATER_DEFAULT`)."""
+    the answer differs), and for FLT and FedSKA their later defaults (`LATER_DEFAULT`)."""
     now = suite(*ANSWER_DEFAULT, baselines_from=("suite",))
     cells = now.cells()
     rows = []
@@ -120,9 +122,8 @@ def answer_rule(prefix: str) -> str:
                     raise ValueError(f"docs: {folder} and the default parts differ in {method}+FT on "
                                      f"{cell[0]} ρ={cell[1]:g} seed {seed}")
         sources = [(f"{method}, the mix answers", before), (method, now)]
-        if method in LATER_DEFAULT:
-            folder, earlier = LATER_DEFAULT[method]
-            sources[1] = (f"{method}, {earlier}", now)
+        for folder, earlier in LATER_DEFAULT.get(method, ()):
+            sources[-1] = (f"{method}, {earlier}", sources[-1][1])
             sources.append((method, suite(folder, baselines_from=("suite",))))
         for label, source in sources:
             rows.append([label, *(signed(source.delta(*cell, method)) for cell in cells)])
