@@ -90,11 +90,19 @@ def flatten(record: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+# Fields compared to a looser relative tolerance, by their last key: FedCG's balancing offsets come
+# out of float64 numpy code whose last bits depend on the CPU (numpy picks vectorised routines by the
+# instruction sets it finds), and the balancing iterations grow that to about 3e-5 relative
+# (measured: [-0.30561, 0.340356] on an AVX-512 Intel Xeon against [-0.3056, 0.340346] on AMD EPYC).
+# The labels they give and every result after them compare at the default tolerance.
+LOOSE = {"offset": 1e-4}
+
+
 def differences(got: dict[str, Any], want: dict[str, Any], rel: float = 1e-6,
                 abs_tol: float = 1e-9) -> list[str]:
     """What differs between two round records: the same keys; floats (also inside lists, such as a
-    per-step loss list) within `rel`/`abs_tol`; ints, strings, booleans and the length of a list (client
-    ids, counts, names) exactly. Empty if equal.
+    per-step loss list) within `rel`/`abs_tol` (`LOOSE`'s fields within theirs); ints, strings,
+    booleans and the length of a list (client ids, counts, names) exactly. Empty if equal.
 
     Written out instead of `pytest.approx` over the whole record, which newer pytest refuses for
     records holding lists, and which would also let integer counts and ids pass approximately."""
@@ -102,7 +110,7 @@ def differences(got: dict[str, Any], want: dict[str, Any], rel: float = 1e-6,
     problems = [f"{key}: missing" for key in sorted(set(want_flat) - set(got_flat))]
     problems += [f"{key}: not recorded" for key in sorted(set(got_flat) - set(want_flat))]
     for key in sorted(set(got_flat) & set(want_flat)):
-        if not _same(got_flat[key], want_flat[key], rel, abs_tol):
+        if not _same(got_flat[key], want_flat[key], LOOSE.get(key.rsplit("/", 1)[-1], rel), abs_tol):
             problems.append(f"{key}: {got_flat[key]!r} != {want_flat[key]!r}")
     return problems
 

@@ -37,5 +37,9 @@ def test_the_comparison_tells_numbers_from_ids():
     assert differences({**losses, "loss": [0.5, 0.25 + 1e-9]}, losses) == []
     assert differences({**losses, "loss": [0.5, 0.26]}, losses) == ["loss: [0.5, 0.26] != [0.5, 0.25]"]
     assert differences({**losses, "loss": [0.5]}, losses) == ["loss: [0.5] != [0.5, 0.25]"]
+    offsets = {**want, "fedcg": {"balance": {"offset": [-0.3056, 0.340346]}}}
+    assert differences({**offsets, "fedcg": {"balance": {"offset": [-0.30561, 0.340356]}}}, offsets) == []
+    assert differences({**offsets, "fedcg": {"balance": {"offset": [-0.3056, 0.3404]}}}, offsets) == [
+        "fedcg/balance/offset: [-0.3056, 0.3404] != [-0.3056, 0.340346]"]  # 1.6e-4: beyond LOOSE
     assert differences({"round": 1}, want) == ["failed-clients: missing", "personalized/mean: missing",
                                                "phases: missing"]
