@@ -103,11 +103,11 @@ class RunConfig(Settings):
     # sends is also trained on its held-out slice, so the consensus is trained on every sample, and
     # the client scores with the consensus less its own update
     safeguard_send_slice: bool = True
-    # there (with safeguard-margin > 0), where a sampled client's training starts: `consensus`, the
-    # consensus itself as under FedAvg (the client keeps as its own model the better on its slice of
-    # its own and the trained one); `mix`, its chosen mix; `federation`, the consensus until the
-    # clients' own models are clearly better (pooled since the start) than the models trained from
-    # it, then the mix for the rest of the run
+    # where a method hands every client the consensus (with safeguard-margin > 0), where a sampled
+    # client's training starts: `consensus`, the consensus itself as under FedAvg (the client keeps
+    # as its own model the better on its slice of its own and the trained one); `mix`, its chosen
+    # mix; `federation`, the consensus until the clients' own models are clearly better (pooled
+    # since the start) than the models trained from it, then the mix for the rest of the run
     safeguard_start: Literal["federation", "consensus", "mix"] = "federation"
     round_timeout: float = Field(600.0, gt=0.0)
     max_update_norm: float = Field(10000.0, ge=0.0)  # drop replies whose model moved further (0 = off)
