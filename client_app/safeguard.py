@@ -154,10 +154,11 @@ def keep_trained(rt: ClientRuntime, context: Context, model: torch.nn.Module, in
     the client's own model (accuracy, then loss; regression: loss), and return the own model's
     per-sample gains over it there, summed, and their squares, as `TrainReply` fields for the server
     to pool (its `safeguard-start` decision); {} otherwise."""
-    xv, yv = held_out(rt, ins) if trains_from_consensus(context, rt.client_id, ins) else (None, ())
-    if len(yv) == 0:
+    held = held_out(rt, ins) if trains_from_consensus(context, rt.client_id, ins) else None
+    if held is None or len(held[1]) == 0:
         keep_own(context, rt.client_id, model, ins)
         return {}
+    xv, yv = held
     own = _per_sample(rt.model(own_model(context, rt.client_id)), xv, yv, ins.batch_size)
     trained = _per_sample(model, xv, yv, ins.batch_size)
     if tuple(_summary(trained)) >= tuple(_summary(own)):

@@ -234,8 +234,7 @@ class FederationRunner:
                 and cfg.safeguard_margin > 0.0 and isinstance(self.strategy, PersonalizedStrategy)
                 and self.strategy.hands_out_consensus())
 
-    def pool_start(self, server_round: int, replies: Replies, from_consensus: bool
-                   ) -> dict[str, Any]:
+    def pool_start(self, server_round: int, replies: Replies) -> dict[str, Any]:
         """Pool the train replies' held-out gains of the clients' own models over the models they
         trained from the consensus (`StartEvidence`); the round record's `safeguard-start` (1: this
         round's sampled clients trained from the consensus, 0: from their mixes) and
@@ -245,11 +244,11 @@ class FederationRunner:
             return {}
         reports = []
         for _, reply in replies:
-            metrics = reply.content[METRICS]
-            if "safeguard-start-gain" in metrics and "safeguard-start-square" in metrics:
-                reports.append((metrics["safeguard-start-gain"], metrics["safeguard-start-square"]))
+            metrics = self.strategy.train_reply.read(reply.content[METRICS])
+            if metrics.safeguard_start_gain is not None and metrics.safeguard_start_square is not None:
+                reports.append((metrics.safeguard_start_gain, metrics.safeguard_start_square))
         start = self.safeguard_start
-        switched = start.switched
+        from_consensus, switched = start.from_consensus, start.switched  # this round's instructions
         start.pool(server_round, reports, self.cfg.safeguard_margin)
         if start.switched is not None and switched is None:
             log.info("round %d: the clients' own models are clearly better on their held-out slices "
@@ -401,13 +400,12 @@ class FederationRunner:
                                     "train-loss": None,
                                     "seconds": time.perf_counter() - round_start, **self._traffic()})
                 continue
-            from_consensus = self.safeguard_start.from_consensus  # this round's instructions
             messages, replies = self.train_phase(server_round, arrays, pending)
             pending = None
             trained = [client for client, _ in replies]
             failed = sorted({m.metadata.dst_node_id for m in messages} - set(trained))
             new_arrays, train_metrics = self.aggregate_train(server_round, replies)
-            start = self.pool_start(server_round, replies, from_consensus)
+            start = self.pool_start(server_round, replies)
             self.method_step("after_aggregate", server_round)
             if new_arrays is not None:
                 arrays = new_arrays

@@ -242,21 +242,21 @@ def test_the_runner_pools_the_start_evidence_of_the_train_replies(node):  # node
 
     runner = instruction_runner("flt", consensus_strategy())
     assert start(runner, 2)
-    assert runner.pool_start(2, replies((1.0, 4.0)), True) == {
+    assert runner.pool_start(2, replies((1.0, 4.0))) == {
         "safeguard-start": 1.0, "safeguard-start-evidence": 0.5}
-    record = runner.pool_start(3, replies((3.0, 3.0), (2.0, 2.0)), True)  # 6 / √9: 2 > 1
+    record = runner.pool_start(3, replies((3.0, 3.0), (2.0, 2.0)))  # 6 / √9: 2 > 1
     assert record["safeguard-start-evidence"] == pytest.approx(2.0)
     assert start(runner, 4) is None  # the own models are clearly better: the mix from now on
-    assert runner.pool_start(4, replies(), False)["safeguard-start"] == 0.0
+    assert runner.pool_start(4, replies())["safeguard-start"] == 0.0
     mix = instruction_runner("flt", consensus_strategy(), **{"safeguard-start": "mix"})
     assert start(mix, 2) is None
     consensus = instruction_runner("flt", consensus_strategy(), **{"safeguard-start": "consensus"})
-    consensus.pool_start(2, replies((9.0, 9.0)), True)
+    consensus.pool_start(2, replies((9.0, 9.0)))
     assert start(consensus, 3)
-    assert instruction_runner("flt").pool_start(2, replies((1.0, 1.0)), True) == {}  # no consensus
+    assert instruction_runner("flt").pool_start(2, replies((1.0, 1.0))) == {}  # no consensus
     for off in ({"safeguard": "off"}, {"safeguard-margin": 0.0}):
         runner = instruction_runner("flt", consensus_strategy(), **off)
-        assert runner.pool_start(2, replies((1.0, 1.0)), True) == {} and not start(runner, 2)
+        assert runner.pool_start(2, replies((1.0, 1.0))) == {} and not start(runner, 2)
 
 
 def test_from_the_consensus_a_client_trains_it_and_keeps_the_better_of_it_and_its_own(node):
