@@ -6,7 +6,7 @@
 
 Grid (issue 15): settings {MNIST shards q = 2, label-clusters 5 × 2, rotated domains (4 rotations,
 10 classes), Dirichlet α = 0.1} × participation ρ ∈ {1.0, 0.2} × methods {fedavg, local, ditto, ifca,
-fedsem, flt, sfl, sfl-star, fedska, fedu}; on the domains setting also fedcg with the conv model. Every
+fedsem, scaffold, fedatt, flt, sfl, sfl-star, fedska, fedu}; on the domains setting also fedcg with the conv model. Every
 cell runs through `benchmarks.compare.compare` (same data, partition, seed and budget for every method
 of the cell; one process per cell: serially in this one, or as Ray tasks with `--workers` / `--ray`,
 with the same numbers, see `benchmarks.parallel`). On the label-clusters and domains cells IFCA and FedSEM also run with a wrong
@@ -57,7 +57,8 @@ BASELINES = ("fedavg", "fedavg+FT", "local")
 FT = "+FT"  # label suffix of a method's "used model + finetune-epochs local epochs" row
 CONV = " (cnn)"  # label suffix of the domains setting's conv-model runs (FedCG and its baselines)
 GRAPH_METHODS = ("flt", "sfl", "sfl-star", "fedska", "fedu")
-METHODS = ("fedavg", "local", "ditto", "ifca", "fedsem", "flt", "sfl", "sfl-star", "fedska", "fedu")
+METHODS = ("fedavg", "local", "ditto", "ifca", "fedsem", "scaffold", "fedatt", "flt", "sfl", "sfl-star",
+           "fedska", "fedu")
 PARTICIPATION = (1.0, 0.2)
 # the budget every cell shares: small models and client counts, so the grid runs in minutes
 COMMON: dict[str, Any] = {
