@@ -16,13 +16,14 @@ from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
 from client_app import evaluation, identify, watchdog
+from client_app.seeding import seeded_draws
 from client_app.methods import fedavg
 from strategies.shared.fusion import fuse_reply, is_fused, split_request
 from strategies.shared.registry import METHODS, ClientHandler, Method
 
 Handler = Callable[[Message, Context], Message]
 
-app = ClientApp()
+app = ClientApp(mods=[seeded_draws])  # global draws seeded per message (client_app/seeding.py)
 watchdog.start()  # a deployed ClientApp process exits once its SuperNode/executor is gone
 
 

@@ -54,12 +54,17 @@ def task_loss(output: torch.Tensor, target: torch.Tensor, task: str | None = Non
     raise ValueError(f"unknown task {task!r}; allowed: {', '.join(TASKS)}")
 
 
-def seeded_generator(*parts: int) -> torch.Generator:
-    """A CPU generator seeded from integers such as (seed, client id, round, purpose)."""
+def seeded_generator_seed(*parts: int) -> int:
+    """One 63-bit seed mixed from integers such as (seed, client id, round, purpose)."""
     seed = 0
     for part in parts:
         seed = (seed * 1_000_003 + int(part)) % (2**63 - 1)
-    return torch.Generator().manual_seed(seed)
+    return seed
+
+
+def seeded_generator(*parts: int) -> torch.Generator:
+    """A CPU generator seeded from integers such as (seed, client id, round, purpose)."""
+    return torch.Generator().manual_seed(seeded_generator_seed(*parts))
 
 
 def proximal_penalty(anchor: nn.Module, weight: float) -> Penalty:

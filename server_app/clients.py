@@ -7,6 +7,14 @@ num-clients), several per node in a small local simulation. `ClientGrid` looks l
 whose node ids *are* client ids, so Flower's own strategies (FedAvg, FedProx) sample and address
 clients unchanged; it rewrites each message to the hosting node and remembers which client a reply
 came from.
+
+A SuperNode with its own data (node_config `data-dir`, `datasets.local`) announces its clients by
+name instead. The run's client set is fixed once the nodes have announced `num-clients` names: client
+ids are the names' positions in sorted order (so folders `client-000 ... client-NNN` exported from a
+partition get the partition's ids), and every message carries the name as well. A client whose node
+could not use its data is left out of the run (never sampled; the summary lists it with the reason).
+A node that identifies itself later hosts the known names it announces (a restarted SuperNode); a name
+that was not in the set when the run started is not part of this run (logged) and joins the next one.
 """
 
 from __future__ import annotations
@@ -74,9 +82,20 @@ class NodeSlot:
     """What a node told us about itself in `query.identify`."""
 
     node_id: int
-    partition_id: int
-    num_partitions: int
+    partition_id: int | None  # None: the node holds its own data and hosts the clients `names`
+    num_partitions: int | None
     device: str
+    names: tuple[str, ...] = ()
+
+    def hosted(self, num_clients: int, index: dict[str, int]) -> list[int]:
+        """The client ids this node hosts: its slot's, or those of its names in the run's set."""
+        if self.partition_id is None:
+            return [index[name] for name in self.names if name in index]
+        return list(range(self.partition_id, num_clients, self.num_partitions or 1))
+
+
+class ClientSetError(RuntimeError):
+    """The nodes' clients do not make up the run's client set (too many names, mixed hosting)."""
 
 
 class CodeMismatchError(RuntimeError):
@@ -103,10 +122,21 @@ class ClientGrid:
         self.slots: dict[int, NodeSlot] = {}
         self.identify_failures: dict[int, str] = {}  # node id -> error reason, latest refresh
         self._host: dict[int, int] = {}  # client id -> node id
+        # nodes with their own data: client name -> id, fixed once num-clients names are announced
+        # (empty until then, and in partitioned runs); ids left out with the reason, and the
+        # announcements (name -> (node, train, test) or (node, reason)) not yet given an id
+        self.names: dict[str, int] = {}
+        self.left_out: dict[int, tuple[int, str]] = {}  # client id -> (node id, reason)
+        self._announced: dict[str, tuple[int, Any]] = {}
+        self._ignored: set[str] = set()  # late names already logged
+        self._name: dict[int, str] = {}  # client id -> name, as messages are addressed
         self._client_of_message: dict[str, int] = {}
         self.bytes_down: dict[int, int] = defaultdict(int)
         self.bytes_up: dict[int, int] = defaultdict(int)
         self.phases = 0  # exchanges with clients since the last take_traffic (identify excluded)
+        # the round the runner is in, stamped on every message as its group id: clients seed the
+        # draws they take from global generators with it (client_app/seeding.py)
+        self.round = 0
 
     # --- membership -------------------------------------------------------------------------
     def refresh(self, timeout: float) -> None:
@@ -138,19 +168,94 @@ class ClientGrid:
                         f"{self.code_fingerprint}; a stale app is being served. Stop the local "
                         "SuperLink (by its PID) and run `flwr run` again."
                     )
+                if info.partition_id is None:
+                    self._announce(node, info)
+                    continue
                 self.slots[node] = NodeSlot(node, info.partition_id, info.num_partitions, info.device)
                 hosted = range(info.partition_id, self.num_clients, info.num_partitions)
                 for client, train, test in zip(hosted, info.train_sizes, info.test_sizes):
                     self.validator.declare(client, train, test)
+        kinds = {slot.partition_id is None for slot in self.slots.values()}
+        if len(kinds) > 1:
+            named = [n for n, slot in self.slots.items() if slot.partition_id is None]
+            raise ClientSetError(
+                f"nodes {named} hold their own data (node_config data-dir) but nodes "
+                f"{sorted(set(self.slots) - set(named))} rebuild a partition (partition-id); start "
+                "every SuperNode of a run the same way")
+        self._fix_names()
+        self._name = self.client_names()
         self._host = {}
         # In identification order: a SuperNode restarted under a new node id (before the SuperLink
         # noticed the old one is gone) hosts its clients from now on.
         for slot in self.slots.values():
-            for client in range(slot.partition_id, self.num_clients, slot.num_partitions):
-                self._host[client] = slot.node_id
+            for client in slot.hosted(self.num_clients, self.names):
+                if client not in self.left_out:
+                    self._host[client] = slot.node_id
+
+    def _announce(self, node: int, info: IdentifyReply) -> None:
+        """Record the named clients a node announced (its slot hosts them once they have ids)."""
+        self.slots[node] = NodeSlot(node, None, None, info.device, tuple(info.client_names))
+        for name, train, test in zip(info.client_names, info.train_sizes, info.test_sizes):
+            self._announced[name] = (node, (train, test))
+        for name, reason in zip(info.failed_names, info.failed_reasons):
+            log.warning("node %s cannot use the data of client %r, which is left out of the run: %s",
+                        node, name, reason)
+            self._announced[name] = (node, reason)
+        if self.names:  # the client set is fixed: known names are (re)hosted, new ones wait
+            for name in [*info.client_names, *info.failed_names]:
+                if name in self.names:
+                    self._settle(name)
+                elif name not in self._ignored:
+                    self._ignored.add(name)
+                    log.warning("node %s announced client %r after the run started; the run's "
+                                "client set is fixed at its start, so %r is not part of this run "
+                                "(it joins the next one)", node, name, name)
+
+    def _fix_names(self) -> None:
+        """Give the announced names their ids once there are num-clients of them."""
+        if self.names or len(self._announced) < self.num_clients:
+            return
+        if len(self._announced) > self.num_clients:
+            names = sorted(self._announced)
+            raise ClientSetError(
+                f"the nodes announced {len(names)} clients ({', '.join(names[:8])}"
+                f"{', ...' if len(names) > 8 else ''}) but num-clients = {self.num_clients}; set "
+                f"num-clients = {len(names)} or give the nodes fewer clients")
+        self.names = {name: i for i, name in enumerate(sorted(self._announced))}
+        for name in self.names:
+            self._settle(name)
+        log.info("client set: %s", ", ".join(f"{i}={n}" for n, i in self.names.items()))
+
+    def _settle(self, name: str) -> None:
+        """Declare a named client's sizes, or leave it out with its node's reason."""
+        client = self.names[name]
+        node, what = self._announced[name]
+        if isinstance(what, str):
+            self.left_out[client] = (node, what)
+        elif client not in self.left_out:
+            self.validator.declare(client, *what)
+
+    def client_names(self) -> dict[int, str]:
+        """Client id -> name (nodes with their own data; empty for a partitioned run)."""
+        return {client: name for name, client in self.names.items()}
+
+    def left_out_clients(self) -> list[dict[str, Any]]:
+        """The clients left out of the run: id, name, node and why (summary's `left-out-clients`)."""
+        names = self.client_names()
+        return [{"client-id": c, "name": names.get(c, ""), "node": node, "reason": reason}
+                for c, (node, reason) in sorted(self.left_out.items())]
 
     def missing_clients(self) -> list[int]:
-        return [c for c in range(self.num_clients) if c not in self._host]
+        """Client ids with no node (all of them while named clients are still being announced);
+        clients left out of the run are not missing."""
+        return [c for c in range(self.num_clients) if c not in self._host and c not in self.left_out]
+
+    def waiting_for(self) -> str:
+        """What `missing_clients` waits for, in words (named clients: how many names so far)."""
+        if self.names or not self._announced:
+            return ""
+        return (f"the nodes announced {len(self._announced)} of num-clients = {self.num_clients} "
+                f"named clients ({', '.join(sorted(self._announced)[:8])})")
 
     def devices(self) -> dict[int, str]:
         return {c: self.slots[n].device for c, n in self._host.items()}
@@ -169,10 +274,10 @@ class ClientGrid:
                 log.warning("client %s is not reachable; skipped this round", client)
                 continue
             out = Message(
-                with_client(message.content, client),
+                with_client(message.content, client, self._name.get(client)),
                 dst_node_id=self._host[client],
                 message_type=message.metadata.message_type,
-                group_id=message.metadata.group_id,
+                group_id=str(self.round),
             )
             self.bytes_down[client] += array_bytes(message.content)
             routed.append((client, out))

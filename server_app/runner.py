@@ -149,6 +149,10 @@ class FederationRunner:
                     f"node {node} failed to identify itself, so clients {missing[:5]} have no "
                     f"SuperNode: {reason}"
                 )
+            if time.monotonic() > deadline and self.clients.waiting_for():
+                raise ClientsUnavailableError(
+                    f"after {timeout:.0f} s {self.clients.waiting_for()}; start the SuperNodes of "
+                    "the other clients (node_config data-dir) or lower num-clients")
             if time.monotonic() > deadline:
                 raise ClientsUnavailableError(
                     f"{len(missing)} of {self.cfg.num_clients} clients have no SuperNode after "
@@ -388,6 +392,7 @@ class FederationRunner:
             pending = self._evaluate_pending(pending, arrays)
         for server_round in range(last_round + 1, cfg.num_rounds + 1):
             round_start = time.perf_counter()
+            self.clients.round = server_round
             self.clients.refresh(timeout=cfg.round_timeout)
             if not self.await_reachable(cfg.round_timeout):
                 log.warning("round %d: no client reachable within %.0f s; round skipped",
@@ -486,6 +491,7 @@ class FederationRunner:
         final = next(r for r in reversed(self.recorder.rounds)
                      if "personalized" in r or "regression" in r)
         devices = self.clients.devices()
+        names, left_out = self.clients.client_names(), self.clients.left_out  # nodes' own data
         return {
             "method": self.cfg.method,
             "dataset": self.cfg.dataset,
@@ -500,8 +506,11 @@ class FederationRunner:
             "bytes-per-round": int(statistics.median(r["bytes-down"] + r["bytes-up"] for r in rounds)),
             "total-seconds": total_seconds,
             "devices": sorted(set(devices.values())),
+            **({"left-out-clients": self.clients.left_out_clients()} if left_out else {}),
             "clients": [
-                {"client-id": c, **self.latest.get(c, {}), "bytes-down": down, "bytes-up": up,
+                {"client-id": c, **({"name": names[c]} if c in names else {}),
+                 **({"left-out": left_out[c][1]} if c in left_out else {}),
+                 **self.latest.get(c, {}), "bytes-down": down, "bytes-up": up,
                  "device": devices.get(c, "")}
                 for c, (down, up) in sorted(self.traffic.totals.items())
             ],

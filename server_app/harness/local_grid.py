@@ -1,7 +1,7 @@
 """`LocalGrid`: an in-process Flower Grid that delivers messages to a ClientApp directly.
 
 It hosts `num_nodes` virtual SuperNodes in this process (node_config `partition-id`/`num-partitions`
-as Flower's simulation sets them) and runs each message through the real `ClientApp`, one after the
+as Flower's simulation sets them, or each node's own `node_configs` entry, e.g. its `data-dir`) and runs each message through the real `ClientApp`, one after the
 other: no Ray, no subprocesses, deterministic. Tests and benchmarks use it to run whole federations
 in one process; `flwr run` uses Flower's own simulation runtime.
 """
@@ -33,16 +33,20 @@ FIRST_NODE_ID = 1000
 
 
 class LocalGrid(Grid):
-    def __init__(self, client_app: ClientApp, num_nodes: int, run_config: dict[str, Any]) -> None:
+    def __init__(self, client_app: ClientApp, num_nodes: int, run_config: dict[str, Any],
+                 node_configs: list[dict[str, Any]] | None = None) -> None:
+        """`node_configs`: one node_config per virtual node (then `num_nodes` is their count), e.g.
+        `[{"data-dir": "/data/a"}, {"data-dir": "/data/b"}]`; default: partition slots."""
         set_task_identity()
         self.client_app = client_app
+        if node_configs is None:
+            node_configs = [{"partition-id": i, "num-partitions": num_nodes} for i in range(num_nodes)]
         self.contexts = {
             FIRST_NODE_ID + i: Context(
-                run_id=1, node_id=FIRST_NODE_ID + i,
-                node_config={"partition-id": i, "num-partitions": num_nodes},
+                run_id=1, node_id=FIRST_NODE_ID + i, node_config=dict(config),
                 state=RecordDict(), run_config=dict(run_config),
             )
-            for i in range(num_nodes)
+            for i, config in enumerate(node_configs)
         }
         self.offline: set[int] = set()  # nodes a test has taken down
         self.replies: dict[str, Message] = {}  # message id -> reply not yet pulled
@@ -83,7 +87,8 @@ class LocalGrid(Grid):
         if node in self.offline or node not in self.contexts:
             return None  # like a node that never answers: no reply within the timeout
         delivered = Message(copy.deepcopy(message.content), dst_node_id=node,
-                            message_type=message.metadata.message_type)
+                            message_type=message.metadata.message_type,
+                            group_id=message.metadata.group_id)
         delivered.metadata.__dict__["_message_id"] = message.metadata.message_id
         try:
             return self.client_app(delivered, self.contexts[node])
