@@ -11,6 +11,15 @@ from flwr.app import ArrayRecord, Context, Message
 
 from client_app.devices import resolve_device
 from datasets.federated import ClientData, DataSpec, load_client_data
+from datasets.local import (
+    CLIENT_NAME_KEY,
+    DATA_DIR_KEY,
+    Expected,
+    LocalClient,
+    LocalDataError,
+    client_tensors,
+    discover,
+)
 from models import Backbone, build_model
 from strategies.shared.run_config import RunConfig
 from strategies.shared.messages import CLIENT, ClientAddress
@@ -28,6 +37,42 @@ def _run_config(items: tuple) -> RunConfig:
 def run_config(context: Context) -> RunConfig:
     """The run's validated config (parsed once per process per distinct config)."""
     return _run_config(tuple(sorted(context.run_config.items())))
+
+
+def data_dir(context: Context) -> str | None:
+    """The node's own data folder (node_config `data-dir`), or None: the node then rebuilds its
+    clients' share of the run's data set from its partition slot."""
+    folder = context.node_config.get(DATA_DIR_KEY)
+    if folder in (None, ""):
+        return None
+    if not isinstance(folder, str):
+        raise NodeConfigError(f'node_config {DATA_DIR_KEY}={folder!r} must be a quoted path: '
+                              f'{DATA_DIR_KEY}="/data/site-a"')
+    return folder
+
+
+def local_clients(context: Context) -> list[LocalClient]:
+    """The clients found in the node's `data-dir` (`datasets.local.discover`), sorted by name; a
+    `NodeConfigError` names the node when the folder is not usable at all."""
+    folder = data_dir(context)
+    name = context.node_config.get(CLIENT_NAME_KEY)
+    if name not in (None, "") and not isinstance(name, str):
+        raise NodeConfigError(f'node_config {CLIENT_NAME_KEY}={name!r} must be a quoted name: '
+                              f'{CLIENT_NAME_KEY}="site-a"')
+    try:
+        return _discover(folder, name or None)
+    except LocalDataError as err:
+        raise NodeConfigError(f"node {context.node_id}: {err}") from None
+
+
+@lru_cache(maxsize=16)
+def _discover(folder: str, name: str | None) -> list[LocalClient]:
+    return discover(folder, name)
+
+
+@lru_cache(maxsize=256)
+def _local_data(client: LocalClient, expected: Expected, client_id: int) -> ClientData:
+    return client_tensors(client, expected, client_id)
 
 
 def partition_slot(context: Context) -> tuple[int, int]:
@@ -89,7 +134,19 @@ def client_runtime(message: Message, context: Context) -> ClientRuntime:
     cfg = run_config(context)
     if cfg.client_threads and torch.get_num_threads() != cfg.client_threads:
         torch.set_num_threads(cfg.client_threads)
-    client = ClientAddress.read(message.content[CLIENT]).client_id
+    address = ClientAddress.read(message.content[CLIENT])
+    client = address.client_id
+    if data_dir(context) is not None:  # the node's own data: the client is found by its name
+        hosted = {c.name: c for c in local_clients(context)}
+        if address.client_name not in hosted:
+            raise NodeConfigError(
+                f"node {context.node_id}: client {address.client_name!r} (index {client}) is not in "
+                f"its data-dir {data_dir(context)!r}; it hosts {sorted(hosted)}")
+        try:
+            data = _local_data(hosted[address.client_name], Expected.of(cfg), client)
+        except LocalDataError as err:
+            raise LocalDataError(f"node {context.node_id}: {err}") from None
+        return ClientRuntime(cfg, client, data, resolve_device(cfg.device))
     partition_id, num_partitions = partition_slot(context)
     if client >= cfg.num_clients or client % num_partitions != partition_id:
         raise NodeConfigError(

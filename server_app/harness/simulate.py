@@ -13,10 +13,11 @@ from strategies.shared.run_config import RunConfig, default_run_config
 
 
 def simulate(overrides: dict[str, Any], num_nodes: int | None = None,
-             callbacks: Sequence[RunCallback] = ()) -> dict[str, Any]:
-    """Validate defaults + overrides, host the clients on `num_nodes` virtual nodes, run (with extra
-    `callbacks`), summarise."""
+             callbacks: Sequence[RunCallback] = (),
+             node_configs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Validate defaults + overrides, host the clients on `num_nodes` virtual nodes (or one node per
+    `node_configs` entry, e.g. `{"data-dir": ...}`), run (with extra `callbacks`), summarise."""
     run_config = {**default_run_config(), **overrides}
     cfg = RunConfig.from_flower(run_config)
-    grid = LocalGrid(client_app, num_nodes or cfg.num_clients, run_config)
+    grid = LocalGrid(client_app, num_nodes or cfg.num_clients, run_config, node_configs)
     return run(grid, cfg, connect_timeout=5.0, callbacks=callbacks)

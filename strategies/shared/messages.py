@@ -32,9 +32,12 @@ IDENTIFY = "query.identify"
 TRAIN_LOCAL = "train.local"
 
 class ClientAddress(Record):
-    """Which logical client a message is for; one SuperNode may host several."""
+    """Which logical client a message is for; one SuperNode may host several. `client-id` is the
+    client's index in the run (seeds and per-client state use it); `client-name`, set when the node
+    holds its own data (node_config `data-dir`), is the name the node finds the client's data by."""
 
     client_id: int = Field(ge=0)
+    client_name: str | None = Field(None, min_length=1)
 
 
 class IdentifyRequest(Record):
@@ -45,16 +48,42 @@ class IdentifyRequest(Record):
 
 
 class IdentifyReply(Record):
-    """A node's answer: its partition slot and the code it runs."""
+    """A node's answer: which clients it hosts and the code it runs.
 
-    partition_id: int = Field(ge=0)
-    num_partitions: int = Field(ge=1)
+    A node that rebuilds its share of the run's data set sends its partition slot (`partition-id`,
+    `num-partitions`); a node with its own data (node_config `data-dir`) sends the names of the
+    clients found there (`client-names`) and of those it cannot use (`failed-names`, each with its
+    reason in `failed-reasons`). Per-client fields are parallel lists, in the order of the hosted
+    clients (client-id order for a slot, `client-names` order for named clients); what a client may
+    report later (its label set, group or domain fields) is added the same way, one list entry per
+    hosted client.
+    """
+
+    partition_id: int | None = Field(None, ge=0)
+    num_partitions: int | None = Field(None, ge=1)
     code_fingerprint: str
     device: str
-    # train / test sample counts of the hosted clients, in client-id order (partition-id, + n, ...);
-    # replies claiming more examples than declared are dropped (server_app.validation)
+    # train / test sample counts of the hosted clients; replies claiming more examples than
+    # declared are dropped (server_app.validation)
     train_sizes: list[int] = Field(default_factory=list)
     test_sizes: list[int] = Field(default_factory=list)
+    client_names: list[str] = Field(default_factory=list)
+    failed_names: list[str] = Field(default_factory=list)
+    failed_reasons: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _one_way_of_hosting(self) -> IdentifyReply:
+        slot = self.partition_id is not None and self.num_partitions is not None
+        named = bool(self.client_names or self.failed_names)
+        if slot == named:
+            raise ValueError("an identify reply gives either partition-id and num-partitions, or "
+                             "client-names / failed-names (a node with its own data)")
+        if named and len(self.train_sizes) != len(self.client_names):
+            raise ValueError(f"{len(self.client_names)} client-names but {len(self.train_sizes)} "
+                             "train-sizes; one per named client")
+        if len(self.failed_reasons) != len(self.failed_names):
+            raise ValueError("one failed-reasons entry per failed-names entry")
+        return self
 
 
 class SafeguardInstructions(Record):
@@ -179,8 +208,9 @@ class FusedEvaluation(Record):
         return self
 
 
-def with_client(content: RecordDict, client_id: int) -> RecordDict:
-    """A copy of `content` addressed to one logical client (records are shared, not copied)."""
+def with_client(content: RecordDict, client_id: int, client_name: str | None = None) -> RecordDict:
+    """A copy of `content` addressed to one logical client (records are shared, not copied); a named
+    client (a node's own data) is also addressed by its name."""
     records = dict(content.items())
-    records[CLIENT] = ClientAddress(client_id=client_id).config()
+    records[CLIENT] = ClientAddress(client_id=client_id, client_name=client_name).config()
     return RecordDict(records)

@@ -115,12 +115,18 @@ class RunConfig(Settings):
     trim_fraction: float = Field(0.2, ge=0.0, lt=0.5)  # aggregation='trimmed-mean': cut per side
     resume: bool = False  # continue run-name from its newest valid checkpoint
     checkpoint_every: int = Field(1, ge=0)  # checkpoint after every n-th round (and the last; 0 = off)
+    # how many of the newest checkpoints a run keeps (older ones are deleted once a new one is safely
+    # written); 2 or more: resume can fall back to the one before a newest checkpoint that is corrupt
+    keep_checkpoints: int = Field(1, ge=1)
     client_threads: int = Field(0, ge=0)
     # a per-client server matrix (V [num_clients, P], a method's own [N, P] ones) larger than this many
     # bytes is kept in a memory-mapped file in the run's output directory
     # (strategies/shared/client_matrix.py; 0 = always)
     client_matrix_mmap_bytes: int = Field(DEFAULT_MMAP_BYTES, ge=0)
     traffic_days: int = Field(0, ge=0)  # traffic: days of the series (0 = all; traffic-synthetic: 14)
+    # the names of the model's classes 0..n-1, in this order (comma-separated; empty: "0".."n-1"): a
+    # node's own data (node_config data-dir) names its classes by them (datasets/local.py)
+    class_names: str = ""
 
     @field_validator("method")
     @classmethod
@@ -298,6 +304,22 @@ class RunConfig(Settings):
                 key = f"{method.section}.{kebab(field)}"
                 raise ValueError(f"{key} = {value} must be at most {limit} with num-clients = "
                                  f"{self.num_clients}; lower {key} or raise num-clients")
+        return self
+
+    @model_validator(mode="after")
+    def _class_names_fit(self) -> RunConfig:
+        from datasets.sources import SOURCE_INFO
+
+        names = self._names(self.class_names)
+        if not names:
+            return self
+        if dataset_task(self.dataset) != "classification":
+            raise ValueError(f"class-names = '{self.class_names}' names classes, but dataset "
+                             f"'{self.dataset}' is regression; leave class-names empty")
+        classes = SOURCE_INFO[self.dataset][1]
+        if len(set(names)) != len(names) or len(names) > classes:
+            raise ValueError(f"class-names = '{self.class_names}' must list distinct names, at most "
+                             f"the {classes} classes of dataset '{self.dataset}'")
         return self
 
     @model_validator(mode="after")
