@@ -37,6 +37,8 @@ CASES: dict[str, dict[str, Any]] = {
     "flt-absolute": {"method": "flt", "flt.threshold": "absolute", "flt.ae-epochs": 1,
                      "flt.latent-dim": 16, "flt.umap-neighbors": 4,
                      "flt.no-structure": "keep"},  # the paper's threshold
+    "scaffold": {},
+    "fedatt": {},
     "fedper": {},
     "lg-fedavg": {},
     "sfl": {},
