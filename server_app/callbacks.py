@@ -23,8 +23,7 @@ from flwr.app import ArrayRecord
 
 from datasets.partition import Partition
 from server_app.checkpoint import CheckpointStore
-from server_app.run_values import method_settings
-from strategies.shared.reporter import MethodReporter
+from strategies.shared.reporter import MethodReporter, colour_range, constant_value
 
 if TYPE_CHECKING:
     from server_app.runner import FederationRunner
@@ -33,7 +32,7 @@ log = logging.getLogger("flwr.bouquet")
 
 # Settings that may differ between a checkpointed run and its resumption.
 RESUMABLE_CHANGES = ("resume", "num-rounds", "round-timeout", "client-threads", "checkpoint-every",
-                     "eval-every", "max-update-norm", "fuse-evaluate")
+                     "keep-checkpoints", "eval-every", "max-update-norm", "fuse-evaluate")
 
 
 class ResumeError(RuntimeError):
@@ -196,23 +195,51 @@ def scalar_fields(record: dict[str, Any], prefix: str = "") -> dict[str, float]:
     return out
 
 
-def graph_image(matrix: np.ndarray, size: int = 256) -> np.ndarray:
-    """A square matrix as an RGB heatmap (viridis, H×W×3 uint8), each entry a block of pixels."""
-    from matplotlib import colormaps
+# The evaluation summaries of a round record; TensorBoard shows them first, under `accuracy/`
+# (TensorBoard orders its sections by the tag's first part, alphabetically).
+EVALUATION_FIELDS = ("personalized", "global-accuracy", "finetuned", "regression",
+                     "global-regression", "finetuned-regression")
 
-    matrix = np.nan_to_num(np.asarray(matrix, dtype=np.float64))
-    low, high = float(matrix.min()), float(matrix.max())
-    scaled = (matrix - low) / (high - low) if high > low else np.zeros_like(matrix)
-    block = max(1, size // max(matrix.shape[0], 1))
-    rgb = (colormaps["viridis"](scaled)[..., :3] * 255).astype(np.uint8)
-    return np.repeat(np.repeat(rgb, block, axis=0), block, axis=1)
+
+def scalar_tags(record: dict[str, Any]) -> dict[str, float]:
+    """`scalar_fields` as TensorBoard tags: the evaluation summaries under `accuracy/`
+    (`accuracy/personalized/mean`, `accuracy/global-accuracy`, `accuracy/regression/mae`), every
+    other field under its own name (`bytes-down`, `train-loss`, `fedcg/student-loss`)."""
+    return {(f"accuracy/{tag}" if tag.split("/")[0] in EVALUATION_FIELDS else tag): value
+            for tag, value in scalar_fields(record).items()}
+
+
+def graph_image(matrix: np.ndarray, title: str = "") -> np.ndarray:
+    """A square matrix as an RGB heatmap picture (H×W×3 uint8): viridis on `colour_range`'s scale
+    with a labelled colour bar, so a constant matrix (a complete graph) reads as its value (the
+    title says it too) rather than as a flat colour of unknown meaning."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    matrix = np.asarray(matrix, dtype=np.float64)
+    low, high = colour_range(matrix)
+    figure = Figure(figsize=(4.0, 3.4), dpi=100)
+    canvas = FigureCanvasAgg(figure)
+    ax = figure.add_subplot()
+    image = ax.imshow(matrix, cmap="viridis", interpolation="nearest", vmin=low, vmax=high)
+    figure.colorbar(image, ax=ax, fraction=0.046)
+    constant = constant_value(matrix)
+    note = "" if constant is None else f"every entry {constant:g}"
+    ax.set_title("\n".join(part for part in (title, note) if part), fontsize=9)
+    ax.set_xlabel("client", fontsize=8)
+    ax.set_ylabel("client", fontsize=8)
+    ax.tick_params(labelsize=7)
+    figure.tight_layout()
+    canvas.draw()
+    return np.asarray(canvas.buffer_rgba())[..., :3].copy()
 
 
 class TensorBoardLog(RunCallback):
     """TensorBoard event files in the run's folder: every numeric field of each rounds.jsonl line
-    as a scalar at step = round, the method's client graph as an image whenever it changes
-    (`MethodReporter.client_graph`), and at the end the settings that apply to the method as
-    hparams with the final metrics. `tensorboard --logdir outputs` then shows one run per folder,
+    as a scalar at step = round (`scalar_tags`: the accuracies first, under `accuracy/`), the
+    method's client graph as an image whenever it changes (`MethodReporter.client_graph`, with its
+    colour bar), and at the end the settings that apply to the run as hparams with the final
+    metrics. `tensorboard --logdir outputs` then shows one run per folder,
     so the methods of a comparison overlay. The writer is opened at the first recorded round with
     `purge_step` = that round, so a resumed run replaces the rounds it repeats."""
 
@@ -231,23 +258,26 @@ class TensorBoardLog(RunCallback):
     def round_recorded(self, record: dict[str, Any]) -> None:
         step = int(record["round"])
         writer = self._open(step)
-        for tag, value in scalar_fields(record).items():
+        for tag, value in scalar_tags(record).items():
             writer.add_scalar(tag, value, step)
         strategy = self.runner.strategy
         graph = strategy.client_graph() if isinstance(strategy, MethodReporter) else None
         if graph is not None and (self.last_graph is None or self.last_graph.shape != graph.shape
                                   or not np.array_equal(self.last_graph, graph)):
-            writer.add_image("client-graph", graph_image(graph), step, dataformats="HWC")
+            writer.add_image("client-graph", graph_image(graph, f"round {step}"), step,
+                             dataformats="HWC")
             self.last_graph = np.array(graph, copy=True)
         writer.flush()
 
     def run_finished(self, summary: dict[str, Any]) -> None:
         from torch.utils.tensorboard.summary import hparams
 
+        from server_app.report_page import settings_that_apply
+
         writer = self._open(0)
         config = self.runner.cfg.flat()
         settings = {key: value if isinstance(value, (bool, int, float, str)) else str(value)
-                    for key, value in method_settings(config, self.runner.cfg.method).items()}
+                    for key, value in settings_that_apply(config, self.runner.cfg.method).items()}
         final = {f"final/{tag}": value for tag, value in scalar_fields(summary.get("final", {})).items()}
         for summary_proto in hparams(settings, final):
             writer.file_writer.add_summary(summary_proto)

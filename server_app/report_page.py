@@ -2,9 +2,11 @@
 
 A run's page shows the summary table, the line that puts it beside other methods (the committed
 reference comparison when the run has its settings, else the command that measures one), the
-accuracy curves, the per-client table, every picture the method wrote in the run's folder (learned
-graphs, UMAP, domain adjacency, ...) and the settings that apply to its method (the common keys and
-its own section). Every quantity has one unit: accuracies and MAPE in percent everywhere (clients.csv
+accuracy curves, the per-client table (scrolls inside the page when it is wider or longer than
+it), every picture the method wrote in the run's folder (learned graphs, UMAP, domain adjacency, ...,
+each captioned with what it shows: a method writes that into the PNG, `save_matrix(caption=...)`)
+and the settings that apply to the run (`settings_that_apply`: the common keys its data, partition
+and method use, and its method's own section). Every quantity has one unit: accuracies and MAPE in percent everywhere (clients.csv
 stores fractions; the page shows them ×100). The
 pictures are embedded as base64 PNG, so the page needs no network and survives being copied alone;
 only bulky per-round picture series in subfolders (e.g. FedSKA's `graphs/round-*.png`) are linked
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from server_app.run_values import method_settings
+from strategies.shared import registry
 from server_app.summary_table import display_value, summary_rows
 
 REPORT_NAME = "report.html"
@@ -30,6 +33,7 @@ REPORT_NAME = "report.html"
 CAPTIONS = {
     "accuracy.png": "Accuracy per round (regression: MAE per round)",
     "graph.png": "Client graph the method used",
+    "thresholded-graph.png": "Thresholded client graph",
     "prior-graph.png": "Prior client graph",
     "learned-graph.png": "Learned client graph",
     "cluster-graph.png": "Cluster graph (one model per cluster)",
@@ -46,7 +50,10 @@ table { border-collapse: collapse; margin: .5em 0; font-size: .9em; }
 td, th { border: 1px solid #ccc; padding: .2em .6em; text-align: right; }
 td:first-child, th:first-child { text-align: left; }
 figure { display: inline-block; margin: .5em 1em .5em 0; vertical-align: top; }
+figure { max-width: calc(50% - 1.5em); }  /* two pictures side by side */
 figcaption { font-size: .9em; color: #555; } img { max-width: 100%; }
+.scroll { max-width: 100%; max-height: 36em; overflow: auto; margin: .5em 0; }
+.scroll table { margin: 0; } .scroll thead th { position: sticky; top: 0; background: #fafafa; }
 pre, code { background: #f5f5f5; padding: .1em .3em; } pre { padding: .6em; overflow-x: auto; }
 """
 
@@ -70,10 +77,24 @@ def html_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
 
 
 def embedded_figure(path: Path, caption: str) -> str:
-    """A <figure> with the PNG at `path` inlined as a data URI."""
+    """A <figure> with the PNG at `path` inlined as a data URI; `caption`, followed by the
+    description the picture carries (`picture_description`) when it has one."""
     data = base64.b64encode(path.read_bytes()).decode("ascii")
+    described = picture_description(path)
+    text = f"<b>{_e(caption)}</b>" + (f": {_e(described)}" if described else "")
     return (f'<figure><img src="data:image/png;base64,{data}" alt="{_e(path.name)}" '
-            f'data-file="{_e(path.name)}"><figcaption>{_e(caption)}</figcaption></figure>')
+            f'data-file="{_e(path.name)}"><figcaption>{text}</figcaption></figure>')
+
+
+def picture_description(path: Path) -> str:
+    """The `Description` text a PNG carries (written by `save_matrix(caption=...)`), or ''."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as image:
+            return str(getattr(image, "text", {}).get("Description", "")).strip()
+    except OSError:
+        return ""
 
 
 def page(title: str, sections: Iterable[str]) -> str:
@@ -151,19 +172,90 @@ def write_run_report(directory: Path, comparison: str = "") -> Path:
         with clients.open(newline="") as handle:
             reader = csv.reader(handle)
             header, shown = client_rows(next(reader, []), reader)
-            sections.append(_section("Per client (final round)", html_table(header, shown)))
+            sections.append(_section("Per client (final round)",
+                                     f'<div class="scroll">{html_table(header, shown)}</div>'))
     method_block = {k: v for k, v in summary.items() if isinstance(v, dict)
                     and k not in ("final", "round-0")}
     if method_block:
         sections.append(_section("Method details (summary.json)",
                                  f"<pre>{_e(json.dumps(method_block, indent=2))}</pre>"))
-    settings = method_settings(config, summary["method"])
+    settings = settings_that_apply(config, summary["method"])
     sections.append(_section(
-        f"Settings of this run ({len(settings)} of the {len(config)} keys in config.json: the common "
-        f"keys and {summary['method']}'s own)", html_table(("key", "value"), sorted(settings.items()))))
+        f"Settings of this run ({len(settings)} of the {len(config)} keys in config.json: those that "
+        f"apply to its data, partition and method, and {summary['method']}'s own)",
+        html_table(("key", "value"), sorted(settings.items()))))
     path = directory / REPORT_NAME
     path.write_text(page(f"Bouquet run {directory.name}", sections), encoding="utf-8")
     return path
+
+
+# Common keys that apply only under some settings: key (or key prefix ending in '-') → when it applies,
+# as a test of the run's flat config and its registered method. Every other common key always applies.
+def _method(config: dict[str, Any]) -> Any:
+    return registry.METHODS.get(config.get("method", ""))
+
+
+def _partition(*schemes: str):
+    return lambda config: config.get("partition") in schemes
+
+
+def _domain_family(family: str):
+    return lambda config: (config.get("partition") == "domains"
+                           and config.get("domain-family", "rotations") == family)
+
+
+def _regression(config: dict[str, Any]) -> bool:
+    from datasets.sources import dataset_task
+
+    try:
+        return dataset_task(config.get("dataset", "")) == "regression"
+    except (KeyError, ValueError):
+        return False
+
+
+def _safeguard_method(config: dict[str, Any]) -> bool:
+    method = _method(config)
+    return bool(method is not None and method.safeguard)
+
+
+CONDITIONAL_KEYS = {
+    "shards-per-client": _partition("shards"),
+    "dirichlet-alpha": _partition("dirichlet"),
+    "num-clusters": _partition("label-clusters"),
+    "labels-per-cluster": _partition("label-clusters"),
+    "power-law": _partition("label-clusters"),
+    "domain-rotations": _domain_family("rotations"),
+    "domain-unseen-rotations": _domain_family("rotations"),
+    "domain-styles": _domain_family("styles"),
+    "domain-unseen-styles": _domain_family("styles"),
+    "domain-": _partition("domains"),  # domain-test-clients, domain-family
+    "domains-per-client": _partition("domains"),
+    "traffic-days": _regression,
+    "safeguard": _safeguard_method,
+    "safeguard-": lambda c: _safeguard_method(c) and c.get("safeguard") != "off",
+    "aggregation": lambda c: bool(_method(c) is not None and _method(c).robust),
+    "trim-fraction": lambda c: bool(_method(c) is not None and _method(c).robust
+                                    and c.get("aggregation") == "trimmed-mean"),
+}
+
+
+def _applies(key: str, config: dict[str, Any]) -> bool:
+    """Whether a common key applies to the run: the exact entry of CONDITIONAL_KEYS, else the longest
+    prefix entry, else always."""
+    if key in CONDITIONAL_KEYS:
+        return CONDITIONAL_KEYS[key](config)
+    prefixes = [p for p in CONDITIONAL_KEYS if p.endswith("-") and key.startswith(p)]
+    return CONDITIONAL_KEYS[max(prefixes, key=len)](config) if prefixes else True
+
+
+def settings_that_apply(config: dict[str, Any], method: str) -> dict[str, Any]:
+    """The flat run-config keys that apply to the run: its method's own section
+    (`run_values.method_settings`) and the common keys its data, partition and method use (no
+    `domain-*` keys unless the partition is 'domains', no `safeguard*` keys for a method without
+    the safeguard, no `aggregation` for a method that aggregates over a graph, ...)."""
+    config = {**config, "method": config.get("method", method)}
+    return {key: value for key, value in method_settings(config, method).items()
+            if "." in key or _applies(key, config)}
 
 
 def _number(text: str) -> Any:

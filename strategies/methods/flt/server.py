@@ -302,8 +302,10 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
         return None if self.relatedness is None else self.relatedness.aggregation_graph()
 
     def report(self, directory: Path, truth: Partition | None) -> dict[str, Any]:
-        """Ã → graph.npy/.png, A → distance.npy/.png (clients grouped by discovered cluster), the
-        UMAP embedding → umap.png; with ground truth: ARI and the share of Ã's edges inside true
+        """The graph the models were averaged over → graph.npy/.png (Ã; with clusters, Ward's
+        cluster graph; without structure, the complete graph), Ã itself → thresholded-graph.npy/.png
+        where it is not that graph, A → distance.npy/.png (clients grouped by discovered cluster),
+        the UMAP embedding → umap.png; with ground truth: ARI and the share of Ã's edges inside true
         clusters. Returns {"flt": {...}} for summary.json."""
         from strategies.shared.reporter import save_matrix
 
@@ -314,13 +316,32 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
         true_ids = truth.cluster_ids if truth is not None else None
         labels = self.discovered_clusters(true_ids)
         order = np.lexsort((np.arange(rel.num_clients), labels))
-        save_matrix(directory, "graph", rel.adjacency, order=order,
-                    title=f"FLT Ã: A < γ={rel.gamma:g} (by discovered cluster)")
+        thresholded = f"FLT Ã: A < γ={rel.gamma:g} (by discovered cluster)"
+        if rel.complete:
+            contrast = "undefined" if rel.contrast is None else f"{rel.contrast:.2f}"
+            save_matrix(directory, "graph", rel.aggregation_graph(), order=order,
+                        title="FLT: complete graph (no client structure found)",
+                        caption=f"Complete graph: no client structure found (structure contrast "
+                                f"{contrast}, flt.min-contrast {self.settings.min_contrast:g}), so "
+                                "every client averaged over every placed client (FedAvg's "
+                                "neighbourhood); the thresholded graph Ã is shown apart")
+        elif rel.clusters is not None:
+            save_matrix(directory, "graph", rel.aggregation_graph(), order=order,
+                        title=f"FLT clusters (Ward, C={rel.num_clusters})",
+                        caption=f"Ward's {rel.num_clusters} clusters of Ã (flt.clusters): each "
+                                "client averaged over its cluster")
+        else:
+            save_matrix(directory, "graph", rel.adjacency, order=order, title=thresholded,
+                        caption=f"Ã: clients whose centroid sets lie closer than γ={rel.gamma:g}; "
+                                "each client averaged over its neighbours in Ã")
+        if rel.complete or rel.clusters is not None:
+            save_matrix(directory, "thresholded-graph", rel.adjacency, order=order,
+                        title=thresholded,
+                        caption="Ã, the thresholded graph FCR found (not the graph the models were "
+                                "averaged over: " + ("no structure found)" if rel.complete
+                                                     else "the clusters were)"))
         save_matrix(directory, "distance", rel.distance, order=order,
                     title=f"FLT A: {rel.distance_mode} distance in UMAP space")
-        if rel.clusters is not None:
-            save_matrix(directory, "cluster-graph", rel.aggregation_graph(), order=order,
-                        title=f"FLT clusters (Ward, C={rel.num_clusters})")
         _plot_embedding(directory / "umap.png", rel, labels, true_ids)
         s = self.settings
         result: dict[str, Any] = {
