@@ -4,7 +4,7 @@
         --set fedcg.domain-stride=2 --name fedcg-classifier-ceiling
 
 FedCG discovers domains without labels; no clustering can separate domains that its domain
-classifier cannot tell apart even when *told* the domains (specs/fedcg.md §6.10). For each domain
+classifier cannot tell apart even when *told* the domains. For each domain
 family and each `fedcg.classifier-pool`, this trains the domain classifier (the same module as the
 teacher / student, `models.fedcg.DomainClassifier`) centrally and supervised on the true domain of
 every training image of the benchmark's partition (the train clients' images, pooled), and reports

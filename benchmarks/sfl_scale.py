@@ -4,7 +4,7 @@
 
 For N clients × P parameters (float32 V [N, P], one process, medians of `--reps`): the plain mean
 V.mean(0) (FedAvg's server step, unweighted) against SFL's propagation U = α·Â^L·V + (1−α)·V
-(specs/sfl.md §2 (3), `strategies.methods.sfl.gcn.GCNPropagation`) on two graphs:
+(U = α·Â^L·V + (1−α)·V of docs/methods/sfl.md, `strategies.methods.sfl.gcn.GCNPropagation`) on two graphs:
 - dense: every pair linked with a uniform random weight (a dense similarity graph);
 - knn: each client linked to its k nearest neighbours among random points in the plane (plus itself),
   the shape of a road / proximity graph, propagated with torch.sparse.

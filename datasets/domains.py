@@ -1,6 +1,6 @@
 """Input domains of the `domains` partition: image transforms that make one data set several domains.
 
-Two families (specs/fedcg.md §6.11): `rotations` (the angle in degrees is the domain's name, e.g.
+Two families: `rotations` (the angle in degrees is the domain's name, e.g.
 "90") and `styles` — `plain` (as is), `inverted` (1 − x), `noisy` (Gaussian noise, σ = 0.3, clipped
 to [0, 1]), `thick` (strokes dilated by a 3×3 max filter), `blurred` (3×3 box blur, twice) and
 `low-contrast` (0.3·x + 0.35). Images are float32 [n, C, H, W] in [0, 1]; every transform keeps that

@@ -155,7 +155,7 @@ def _freeze(
 def road_graph(dataset: str, data_root: str | None, num_clients: int, days: int = 0) -> np.ndarray:
     """float32 [K, K]: the Gaussian-kernel road graph of the K client sensors, self-loops (diagonal 1).
 
-    The prior graph of SFL on traffic (specs/sfl.md §3): a server artifact, never computed from client
+    The prior graph of SFL on traffic (docs/datasets.md): a server artifact, never computed from client
     data at run time. Real data sets read only their adjacency pickle.
     """
     _check_name(dataset)

@@ -1,4 +1,4 @@
-"""FedCG layers (specs/fedcg.md §2): domain-agnostic conv + λ·Σ_d w_d·(GCN-produced domain branch d).
+"""FedCG layers (eq. 4–5 of docs/methods/fedcg.md): domain-agnostic conv + λ·Σ_d w_d·(GCN-produced domain branch d).
 
 A `FedCGConv` wraps one `nn.Conv2d` of any backbone. It holds the agnostic layer θ_a (the wrapped conv),
 the D raw branch rows V [D, q] (q = kernel + bias size of the layer), the GCN weights (`W` [q, q] for

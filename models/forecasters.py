@@ -1,4 +1,4 @@
-"""Sequence forecasters for traffic (specs/sfl.md §4–§5: an RNN with hidden size 64, 12-step horizon).
+"""Sequence forecasters for traffic (docs/datasets.md: an RNN with hidden size 64, 12-step horizon).
 
 Each forecaster is a ``Backbone``: ``features`` reads a window ``[B, steps, features]`` and returns the
 last hidden state ``[B, 64]``; ``head`` = Linear(64 → horizon) predicts all horizon steps at once

@@ -1,4 +1,4 @@
-"""FedSKA's server-side graph modules (specs/fedska.md §2): the structure learner, the denoising GCN
+"""FedSKA's server-side graph modules (docs/methods/fedska.md): the structure learner, the denoising GCN
 GNN_D and the split-learning GCN encoder GNN_E. All are dense: the client graph is K×K.
 
 - `StructureLearner` (§2 Generator/Sparsify/Symmetrize, [C] `graph_generator.MLP`, gen_mode 1):

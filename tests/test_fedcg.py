@@ -1,4 +1,4 @@
-"""FedCG (specs/fedcg.md §7): the FedCG layer (eq. 4–5), the adjacency (eq. 6–7), teacher replacement
+"""FedCG (docs/methods/fedcg.md): the FedCG layer (eq. 4–5), the adjacency (eq. 6–7), teacher replacement
 every T rounds, soft domain weights, V̂ precomputation, the held-out domains partition, config checks
 and small whole federations."""
 

@@ -1,4 +1,4 @@
-"""FedSKA (specs/fedska.md §7): the learned graph's shape, the denoising objective, the split-learning
+"""FedSKA (docs/methods/fedska.md): the learned graph's shape, the denoising objective, the split-learning
 gradient against a central computation, slot alignment, the cosine pull, and small federations."""
 
 import json

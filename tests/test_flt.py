@@ -1,4 +1,4 @@
-"""FLT (specs/flt.md): the autoencoder, Form Client Relatedness, late placement, what leaves a client,
+"""FLT (docs/methods/flt.md): the autoencoder, Form Client Relatedness, late placement, what leaves a client,
 and whole federations (FLT ≫ FedAvg on a clustered split; γ → 0 is exactly `local`)."""
 
 from __future__ import annotations

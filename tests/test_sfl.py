@@ -1,4 +1,4 @@
-"""SFL / SFL* (specs/sfl.md §7): the GCN aggregation, graph sources and their checks, the graph
+"""SFL / SFL* (docs/methods/sfl.md): the GCN aggregation, graph sources and their checks, the graph
 learner, the client pulls, the strategy's server step, and small whole federations."""
 
 import json

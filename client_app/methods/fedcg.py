@@ -1,4 +1,4 @@
-"""Client half of `fedcg` (messages `train.fedcg`, `evaluate.fedcg`; specs/fedcg.md §3).
+"""Client half of `fedcg` (messages `train.fedcg`, `evaluate.fedcg`; docs/methods/fedcg.md).
 
 `train.fedcg`: (a) pseudo-domain d̂ of every local image from the frozen teacher (eval mode; or the
 client's K-means cluster under `clustering=kmeans`); (b) `local-epochs` of SGD on the FedCG model with

@@ -1,4 +1,4 @@
-"""Client half of FedSKA (specs/fedska.md §3). Clients are stateless: the slot permutation is
+"""Client half of FedSKA (docs/methods/fedska.md). Clients are stateless: the slot permutation is
 recomputed from (seed, client id), and the head of the global model comes with each gradient query.
 
 - `train.fedska` (step 1): θ ← w̄; `local-epochs` of SGD on L_C + λ_S·L_S (Eq 9–10), where

@@ -1,4 +1,4 @@
-"""Client half of FLT's one-off phases (specs/flt.md §3). Training rounds use `train.local`
+"""Client half of FLT's one-off phases (docs/methods/flt.md). Training rounds use `train.local`
 (client_app/methods/local.py): FLT's local step is plain SGD on the client's own model.
 
 - `train.flt_ae` (phase 1): train the received autoencoder on reconstruction MSE with Adam for F

@@ -1,4 +1,4 @@
-"""Client half of `sfl` / `sfl-star` (message type `train.sfl`, specs/sfl.md §2 (3) local step, §3.2).
+"""Client half of `sfl` / `sfl-star` (message type `train.sfl`; the local step of docs/methods/sfl.md).
 
 θ ← w (the global read-out; `start=personal`: θ ← u_i); `local-epochs` of SGD on the task loss + λ1·||θ − u_i||_2 + λ2·||θ − w||_2
 (non-squared L2 over all trainable parameters [C]); reply `model` = v_i. With the safeguard on (`client_app.safeguard`) θ starts from the best mix of the

@@ -10,9 +10,9 @@ builder is called, and client handlers are named as `module:function` and import
 importing the registry (as every client does to validate its run config) stays cheap and pulls in no
 server-side dependency (scipy, scikit-learn, numba, umap).
 
-`python -m strategies.shared.registry config [--write]` prints (or writes into pyproject.toml) the run
-config's defaults, generated from the settings models; `... table [--write]` does the same for the
-methods table of `docs/methods.md`.
+The run config's defaults in pyproject.toml and the methods table of `docs/methods.md` are generated
+from the registered methods and their settings models by `python -m strategies.shared.generate`
+(`--check`: exit 1 naming what differs).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Balanced pseudo-domains for FedCG (specs/fedcg.md §6.9): federated standardisation + Sinkhorn.
+"""Balanced pseudo-domains for FedCG (docs/methods/fedcg.md, balancing): federated standardisation + Sinkhorn.
 
 A frozen random teacher tends to send every image to one domain. Following self-labelling (Asano et
 al., ICLR 2020), the labels are asked to use every domain equally: an optimal-transport labelling

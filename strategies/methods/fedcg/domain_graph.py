@@ -1,4 +1,4 @@
-"""FedCG's domain graph (specs/fedcg.md eq. 6–7): the inverse-distance adjacency of the domain
+"""FedCG's domain graph (eq. 6–7 of docs/methods/fedcg.md): the inverse-distance adjacency of the domain
 branches and its controls (uniform, random)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""FedCG's reporting (specs/fedcg.md §7): evaluation results per true domain and per assignment
+"""FedCG's reporting: evaluation results per true domain and per assignment
 (soft / hard), NMI of the discovered domains against the true ones (per image where the data know
 each image's domain), and the artifacts: adjacency heatmaps, `adjacencies.npy`, `fedcg.png`.
 

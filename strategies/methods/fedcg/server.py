@@ -1,4 +1,4 @@
-"""`fedcg`: Cluster-driven Graph Federated Learning (specs/fedcg.md; CVPR 2021 workshop).
+"""`fedcg`: Cluster-driven Graph Federated Learning (docs/methods/fedcg.md; CVPR 2021 workshop).
 
 One global model whose chosen conv layers are FedCG layers (`models.fedcg`): θ_a plus D residual
 branches whose parameter rows V pass through a GCN over a D-node domain graph A (eq. 4–5). Domains

@@ -11,7 +11,7 @@ from strategies.shared.messages import TrainInstructions
 
 
 class FedCGSection(MethodSettings):
-    """FedCG (specs/fedcg.md): domain clustering (teacher/student), FedCG layers, GCN and adjacency."""
+    """FedCG (docs/methods/fedcg.md): domain clustering (teacher/student), FedCG layers, GCN and adjacency."""
 
     domains: int = Field(4, ge=1)  # D
     teacher_period: int = Field(10, ge=1)  # T: the teacher is replaced by the student every T rounds
@@ -20,7 +20,7 @@ class FedCGSection(MethodSettings):
     adjacency: Literal["distance", "identity", "uniform", "random"] = "distance"
     layers: Literal["last", "all"] = "last"  # which conv layers become FedCG layers
     gcn_layers: Literal[1, 2] = 2  # 1: full W [q, q]; 2: bottleneck W1 [q, b], W2 [b, q]
-    bottleneck: int = Field(16, ge=1)  # b (spec CPU row: 64; README "FedCG results" for why 16)
+    bottleneck: int = Field(16, ge=1)  # b (spec CPU row: 64; why 16: docs/research/fedcg.md)
     use_w: bool = True  # false: a weight-free GCN
     relu: bool = True  # σ = ReLU on the GCN outputs (false: identity)
     residual: bool = True  # false: branch only (no agnostic layer)

@@ -1,5 +1,5 @@
 """`fedska`: unsupervised client-graph structure learning with a split-learning GNN encoder
-(specs/fedska.md; "Unsupervised Graph Structure-Assisted Personalized Federated Learning", ECAI 2023).
+(docs/methods/fedska.md; "Unsupervised Graph Structure-Assisted Personalized Federated Learning", ECAI 2023).
 
 One Flower round (spec §3), all inside the strategy's train step:
 1. `train.fedska`: clients start from w̄, train on CE + λ_S·(1 − cos(f^e(x), h^g)) (Eq 9–10) and reply

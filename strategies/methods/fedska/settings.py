@@ -11,7 +11,7 @@ from strategies.shared.messages import TrainInstructions, TrainReply
 
 
 class FedSKASection(MethodSettings):
-    """FedSKA (specs/fedska.md): local cosine pull, structure learner, GNN_D denoising, GNN_E split
+    """FedSKA (docs/methods/fedska.md): local cosine pull, structure learner, GNN_D denoising, GNN_E split
     learning."""
 
     lambda_s: float = Field(0.01, ge=0.0)  # λ_S of L_C + λ_S·L_S (Eq 9; [C] 0.01, [P] 1)

@@ -1,4 +1,4 @@
-"""FedSKA's server-side learning (specs/fedska.md §2–§3) on plain tensors: the structure learner
+"""FedSKA's server-side learning (docs/methods/fedska.md) on plain tensors: the structure learner
 (`StructureModel`: MLP generator + denoising GNN_D over the clients' descriptors, giving the client
 graph S), one split-learning step of the encoder GNN_E from the clients' gradients, and the random
 kNN graph FedSKA's learned graph is compared with."""

@@ -1,6 +1,6 @@
 """Neighbourhood sums over the distinct rows of a fixed binary graph, shared along a spanning tree.
 
-FLT's aggregation (spec `specs/flt.md` §2 [C] `comm/fedavg.py`) gives the clients of a distinct row r
+FLT's aggregation (docs/methods/flt.md; the reference code's `comm/fedavg.py`) gives the clients of a distinct row r
 of Ã the model w_r = S_r / D_r with S_r = Σ_{j∈N_r} n_j v_j and D_r = Σ_{j∈N_r} n_j. Computed row by
 row that is |N_r| row-axpys per row, nnz(Ã's distinct rows) in all. Ã is fixed after the one-shot FCR,
 so its structure is analysed once (`SumTree.plan`): rows of a nearly block-diagonal Ã differ in a few

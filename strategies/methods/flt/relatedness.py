@@ -1,4 +1,4 @@
-"""FLT's client relatedness (specs/flt.md §2): distances between clients' embedded centroid sets
+"""FLT's client relatedness (docs/methods/flt.md, Form Client Relatedness): distances between clients' embedded centroid sets
 (`set_distances`: optimal matching [C] or minimum pair [P]), the 2-D UMAP embedding of every client's
 k-means centroids (`umap_embed`, `umap_place`), the threshold Ã_ij = 1[A_ij < γ] with self-loops
 (`threshold_adjacency`), optional Ward clusters (`ward_clusters`) and the adjusted Rand index against a

@@ -1,4 +1,4 @@
-"""`flt`: Federated Learning with Taskonomy (specs/flt.md).
+"""`flt`: Federated Learning with Taskonomy (docs/methods/flt.md).
 
 A one-off Form Client Relatedness (FCR) before round 1's training, then FedAvg generalised over the
 discovered client graph:

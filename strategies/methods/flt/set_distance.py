@@ -1,4 +1,4 @@
-"""Distances between two clients' sets of embedded centroids (FLT, specs/flt.md §2): optimal
+"""Distances between two clients' sets of embedded centroids (FLT's `flt.distance`, docs/methods/flt.md): optimal
 matching [C] or the minimum pair [P], for every pair of clients at once (`set_distances`)."""
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from strategies.shared.settings import MethodSettings, Record
 
 
 class FLTSection(MethodSettings):
-    """FLT (specs/flt.md): autoencoder phases, Form Client Relatedness and the graph threshold."""
+    """FLT (docs/methods/flt.md): autoencoder phases, Form Client Relatedness and the graph threshold."""
 
     threshold: Literal["relative", "absolute"] = "relative"  # paper and reference code: absolute
     gamma: float = Field(1.0, gt=0.0)  # absolute: connect clients closer than γ (UMAP units)

@@ -1,4 +1,4 @@
-"""GCN propagation of client parameter rows (SFL, specs/sfl.md §2 (3)): U = α·Â^L·V + (1−α)·V with
+"""GCN propagation of client parameter rows (SFL, docs/methods/sfl.md): U = α·Â^L·V + (1−α)·V with
 Â row-normalised, planned graph-first or rows-first, dense or sparse (`strategies.methods.sfl.spmm`) by cost."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from scipy.sparse import csr_matrix
 
 from strategies.shared.graph import row_normalize
 
-# SFL (specs/sfl.md §2 (3)): U = α·Â^L·V + (1−α)·V with Â = D_A⁻¹A the row-normalised client graph.
+# SFL (docs/methods/sfl.md): U = α·Â^L·V + (1−α)·V with Â = D_A⁻¹A the row-normalised client graph.
 # The propagation is one linear operator W = α·Â^L + (1−α)·I applied to the parameter rows V; it is
 # applied either "graph-first" (W formed on the N×N graph, then ONE product W·V) or "rows-first" (L
 # products Â·X), each with a dense or a sparse kernel, whichever the cost model says is cheaper.

@@ -1,4 +1,4 @@
-"""SFL*'s graph learner (specs/sfl.md §2 (5), [C] `GraphConstructor` / `generate_adj`, MTGNN-style).
+"""SFL*'s graph learner (docs/methods/sfl.md, `sfl.gl-model=mtgnn`; the reference code's `GraphConstructor` / `generate_adj`, MTGNN-style).
 
 Node embeddings E1, E2 ∈ R^{N×m} give M1 = tanh(a·Lin1(E1)), M2 = tanh(a·Lin2(E2)) and the
 antisymmetric score A_L = ReLU(tanh(a·(M1·M2ᵀ − M2·M1ᵀ))) (zero diagonal, at most one direction per

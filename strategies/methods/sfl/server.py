@@ -1,4 +1,4 @@
-"""`sfl` and `sfl-star`: Structured Federated Learning (specs/sfl.md; IJCAI 2022).
+"""`sfl` and `sfl-star`: Structured Federated Learning (docs/methods/sfl.md; IJCAI 2022).
 
 The server keeps every client's latest upload v_i as row i of V [N, P] (clients that were not sampled
 keep their stale row, §6.5) and propagates V over the row-normalised client graph with a weight-free

@@ -11,7 +11,7 @@ from strategies.shared.messages import TrainInstructions
 
 
 class SFLSection(GraphFileRule):
-    """SFL / SFL* (specs/sfl.md): client graph, GCN hops L and α, local pulls λ1/λ2, SFL*'s learner."""
+    """SFL / SFL* (docs/methods/sfl.md): client graph, GCN hops L and α, local pulls λ1/λ2, SFL*'s learner."""
 
     section: ClassVar[str] = "sfl"
 
