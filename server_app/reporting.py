@@ -129,8 +129,15 @@ def comparison_hint(summary: dict[str, Any], config: dict[str, Any],
         listed = ", ".join(_reference_entry(s["method"], s["final"])
                            for s in reference["summaries"] if s["method"] != method
                            and (s["final"].get("personalized") or {}).get("mean") is not None)
-        return (f"  other methods, same data and settings (benchmarks/results/{REFERENCE}.md), "
-                f"personalized mean (%):\n    {listed}")
+        own = next((s for s in reference["summaries"] if s["method"] == method
+                    and (s["final"].get("personalized") or {}).get("mean") is not None), None)
+        lines = [f"  other methods, same data and settings (benchmarks/results/{REFERENCE}.md), "
+                 f"personalized mean (%):\n    {listed}"]
+        if own is not None:
+            lines.append(f"  this job's committed result: {_reference_entry(method, own['final'])}; "
+                         f"this run: {_reference_entry(method, summary['final'])} "
+                         f"({_agreement(summary['final'], own['final'])})")
+        return "\n".join(lines)
     baselines = ",".join(dict.fromkeys([method, "fedavg", "local"]))
     from server_app.run_values import format_value as set_value
     from strategies.shared.run_config import default_run_config
@@ -141,6 +148,17 @@ def comparison_hint(summary: dict[str, Any], config: dict[str, Any],
                     if key not in RUN_KEYS and defaults.get(key) != value and value is not None)
     return (f"  compare with baselines on these settings: python -m benchmarks.compare "
             f"--methods {baselines} {sets}{' ' if sets else ''}--name my-comparison")
+
+
+def _agreement(run: dict[str, Any], committed: dict[str, Any]) -> str:
+    """`the same` when the run's personalized (and fine-tuned) means equal the committed ones to the
+    last digit, else by how much they differ."""
+    keys = ("personalized", "finetuned")
+    gaps = {key: (run.get(key) or {}).get("mean", 0.0) - (committed.get(key) or {}).get("mean", 0.0)
+            for key in keys if (committed.get(key) or {}).get("mean") is not None}
+    if all(gap == 0.0 for gap in gaps.values()):
+        return "the same"
+    return "differs: " + ", ".join(f"{key} {gap:+.2f}" for key, gap in gaps.items() if gap)
 
 
 def _reference_entry(method: str, final: dict[str, Any]) -> str:

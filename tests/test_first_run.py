@@ -80,6 +80,11 @@ def test_a_comparison_writes_a_report_linking_each_run_report_and_the_hint_uses_
     fedavg = summaries[1]["final"]["personalized"]["mean"]
     hint = comparison_hint(summaries[0], config, results=results)
     assert f"fedavg {fedavg:.2f}" in hint and "sfl " not in hint.split("\n")[1]
+    # the run's own committed number beside the others, and whether the run reproduced it
+    assert f"this job's committed result: sfl {summaries[0]['final']['personalized']['mean']:.2f}" in hint
+    assert hint.endswith("(the same)")
+    moved = {**summaries[0], "final": {**summaries[0]["final"], "personalized": {"mean": 1.0}}}
+    assert "(differs: personalized " in comparison_hint(moved, config, results=results)
     changed = comparison_hint(summaries[0], {**config, "num-rounds": 3}, results=results)
     assert "python -m benchmarks.compare --methods sfl,fedavg,local" in changed
     assert "--set num-rounds=3" in changed and "--set num-clients=4" in changed
@@ -125,6 +130,8 @@ def test_readme_main_command_streams_the_run_and_writes_a_report(tmp_path):
     assert "Bouquet run summary" in output
     assert re.search(r"personalized mean \(%\)\s+\d+\.\d\d", output)
     assert re.search(r"other methods, same data and settings .*\n\s+fedavg \d+\.\d\d", output)
+    # flwr run computes the committed comparison's numbers, to the last digit
+    assert re.search(r"this job's committed result: sfl \d+\.\d\d.*\(the same\)", output), output[-3000:]
     found = re.search(r"results written to (\S+)", output)
     assert found, output[-3000:]
     results = Path(found.group(1))
