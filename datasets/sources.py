@@ -145,7 +145,8 @@ _ROOT_LAYOUTS = {
 def _require_root(name: str, root: str | None) -> Path:
     if root is None:
         raise DataNotFoundError(
-            f"data source {name!r} needs a data root (data_root) holding {_ROOT_LAYOUTS[name]}; none was given"
+            f"dataset {name!r} needs its files: set the run config's data-root (or a node's "
+            f"node_config data-root) to a folder holding {_ROOT_LAYOUTS[name]}; data-root is empty"
         )
     return Path(root)
 

@@ -1,8 +1,15 @@
-"""The Bouquet ServerApp: validate the run config, build the model and strategy, run, write results."""
+"""The Bouquet ServerApp: validate the run config, build the model and strategy, run, write results.
+
+A mistake a user can fix (a run-config value, missing data, a resume without checkpoint, nodes that
+cannot host their clients) ends the run with one ERROR line naming what to change: `main` logs it and
+re-raises, so Flower still marks the run failed, and `QuietUserErrors` keeps Flower's runtime from
+printing that exception's traceback and its generic "unhandled exception" exit message after it.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,13 +19,14 @@ from flwr.app import ArrayRecord, Context
 from flwr.serverapp import Grid, ServerApp
 
 from datasets.partition import Partition
-from datasets.sources import SOURCE_INFO
+from datasets.sources import SOURCE_INFO, DataNotFoundError
 from models import build_model
-from server_app.callbacks import RunCallback
-from server_app.checkpoint import CheckpointStore
+from server_app.callbacks import ResumeError, RunCallback
+from server_app.checkpoint import CheckpointError, CheckpointStore
+from server_app.clients import CodeMismatchError
 from server_app.reporting import RunRecorder
 from server_app.run_lock import OwnershipCheck, RunLock
-from server_app.runner import FederationRunner
+from server_app.runner import ClientsUnavailableError, FederationRunner
 from strategies.shared.client_matrix import ClientMatrixStorage
 from strategies.shared.settings import ConfigError
 from strategies.shared.run_config import RunConfig
@@ -29,6 +37,45 @@ log = logging.getLogger("flwr.bouquet")
 
 app = ServerApp()
 
+# Errors whose message is the whole story: one line naming the key, file or value and what to do.
+USER_ERRORS = (ConfigError, DataNotFoundError, ResumeError, CheckpointError, ClientsUnavailableError,
+               CodeMismatchError)
+_REPORTED = "_bouquet_reported"  # set on an exception `main` has logged as its one line
+
+
+class QuietUserErrors(logging.Filter):
+    """On Flower's logger: drop the record that logs a reported user error with its traceback
+    ("ServerApp raised an exception" deployed, "Simulation raised an exception" simulated), and
+    shorten Flower's exit message that follows it ("Exit Code: 700 ... An unhandled exception
+    occurred ...") to one line. Flower still marks the run failed, with the error as its details."""
+
+    def __init__(self) -> None:
+        super().__init__("bouquet-user-errors")
+        self.swallowed = False  # a reported error was dropped: the next exit message is its
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if error is not None and getattr(error, _REPORTED, False):
+            self.swallowed = True
+            return False
+        if self.swallowed and isinstance(record.msg, str) and record.msg.startswith("Exit Code:"):
+            self.swallowed = False
+            code = record.msg.split("\n", 1)[0].removeprefix("Exit Code:").strip()
+            record.msg, record.args = "run failed (Flower exit code %s): see the error above", (code,)
+            record.levelno, record.levelname = logging.INFO, logging.getLevelName(logging.INFO)
+        return True
+
+
+def quiet_user_errors(logger: logging.Logger | None = None) -> QuietUserErrors:
+    """Install `QuietUserErrors` on Flower's logger once per process; returns the installed one."""
+    logger = logger or logging.getLogger("flwr")
+    for existing in logger.filters:
+        if isinstance(existing, logging.Filter) and existing.name == "bouquet-user-errors":
+            return existing  # type: ignore[return-value]
+    installed = QuietUserErrors()
+    logger.addFilter(installed)
+    return installed
+
 
 def initial_arrays(cfg: RunConfig) -> ArrayRecord:
     """The round-0 global model, seeded by the run seed."""
@@ -38,6 +85,10 @@ def initial_arrays(cfg: RunConfig) -> ArrayRecord:
 
 
 def run_directory(cfg: RunConfig) -> Path:
+    """`<output-dir>/<run-name>`, absolute. A relative output-dir is resolved against this process's
+    working directory: the caller's in process; under `flwr run`, the directory the SuperLink (local:
+    the first `flwr run` that started it) or the SuperExec was started in. `bouquet run` (server_app/
+    cli.py) passes an absolute output-dir of the folder it was run from to a SuperLink on this machine."""
     name = cfg.run_name or f"{cfg.method}-{cfg.dataset}-{cfg.partition}-{time.strftime('%Y%m%d-%H%M%S')}"
     return Path(cfg.output_dir).expanduser().resolve() / name
 
@@ -85,10 +136,14 @@ def run(grid: Grid, cfg: RunConfig, connect_timeout: float = 300.0,
     directory = run_directory(cfg)
     log.info("Bouquet: method=%s dataset=%s partition=%s clients=%d rounds=%d → %s", cfg.method,
              cfg.dataset, cfg.partition, cfg.num_clients, cfg.num_rounds, directory)
+    if not Path(cfg.output_dir).expanduser().is_absolute():
+        log.info("output-dir '%s' is relative: resolved against this ServerApp's working directory "
+                 "%s (`bouquet run` passes the folder it is run from; or give an absolute "
+                 "output-dir)", cfg.output_dir, os.getcwd())
     # may reject inputs (e.g. a graph file): before writing anything; per-client matrices above the
     # size are files in the run directory (made when the first one is allocated, in round 1)
     strategy = build_strategy(cfg, ClientMatrixStorage(cfg.client_matrix_mmap_bytes, directory))
-    checkpoints = CheckpointStore(directory / "checkpoints")
+    checkpoints = CheckpointStore(directory / "checkpoints", keep=cfg.keep_checkpoints)
     with RunLock(directory) as lock:  # one live ServerApp per run directory (server_app/run_lock.py)
         check_run_directory(cfg, directory, checkpoints)
         recorder = RunRecorder(directory, cfg.flat(), fresh=not cfg.resume)
@@ -103,9 +158,11 @@ def run(grid: Grid, cfg: RunConfig, connect_timeout: float = 300.0,
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
+    quiet_user_errors()
     try:
         cfg = RunConfig.from_flower(context.run_config)
         run(grid, cfg)
-    except ConfigError as err:
+    except USER_ERRORS as err:
         log.error("%s", err)  # the one line a user needs; Flower then marks the run failed
+        setattr(err, _REPORTED, True)  # no traceback after it (QuietUserErrors)
         raise

@@ -1,4 +1,4 @@
-"""Per-round checkpoints of a federation: atomic, checksummed, and the previous one kept.
+"""Per-round checkpoints of a federation: atomic, checksummed, only the newest `keep-checkpoints` kept.
 
 After every round the runner hands `CheckpointStore.save` everything needed to continue: the round
 number, the global model, the whole strategy object (per-client matrix, graphs, graph learners and
@@ -11,8 +11,10 @@ pickling is an error.
 
 File format: `round-<r>.ckpt` = MAGIC line, sha256 hex of the payload, newline, pickled payload. A file
 is written to a temporary name, fsynced and renamed, so a crash leaves either the old set of files or
-the new one; a truncated or altered file fails its checksum and `load_latest` falls back to the one
-before it.
+the new one; older files are deleted only after the new one is durable. A run keeps its newest
+`keep-checkpoints` files (default 1: a checkpoint holds the whole strategy, megabytes for a few
+clients); with 2 or more, a truncated or altered newest file fails its checksum and `load_latest` falls
+back to the one before it.
 """
 
 from __future__ import annotations
@@ -68,9 +70,11 @@ def checkpoint_path(directory: Path, server_round: int) -> Path:
 class CheckpointStore:
     """Checkpoints of one run in `directory` (`<run-dir>/checkpoints`); keeps the newest `keep`."""
 
-    def __init__(self, directory: Path, keep: int = 2) -> None:
+    def __init__(self, directory: Path, keep: int = 1) -> None:
+        if keep < 1:
+            raise ValueError(f"keep-checkpoints = {keep} must be at least 1 (resume needs one)")
         self.directory = directory
-        self.keep = max(keep, 2)  # the previous one must survive a corrupt newest one
+        self.keep = keep
 
     def rounds(self) -> list[int]:
         """Rounds with a checkpoint file, newest first."""
@@ -80,7 +84,8 @@ class CheckpointStore:
         return sorted(found, reverse=True)
 
     def save(self, server_round: int, payload: dict[str, Any]) -> Path:
-        """Write round `server_round` atomically (temp file, fsync, rename); prune old ones."""
+        """Write round `server_round` atomically (temp file, fsync, rename), then delete all but
+        the `keep` newest checkpoints, this one always among them."""
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as err:
@@ -97,7 +102,7 @@ class CheckpointStore:
             os.fsync(handle.fileno())
         os.replace(temporary, final)
         _fsync_directory(self.directory)
-        for old in self.rounds()[self.keep:]:
+        for old in [r for r in self.rounds() if r != server_round][self.keep - 1:]:
             checkpoint_path(self.directory, old).unlink(missing_ok=True)
         return final
 

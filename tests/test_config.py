@@ -68,7 +68,7 @@ def test_unknown_key_is_one_line_naming_key_and_allowed_keys():
 
 
 def test_unknown_section_key():
-    with pytest.raises(ConfigError, match=r"unknown key 'fedprox.nu'; allowed keys: mu"):
+    with pytest.raises(ConfigError, match=r"unknown key 'fedprox\.nu'; did you mean 'fedprox\.mu'\?"):
         RunConfig.from_flower({"fedprox.nu": 0.1})
 
 

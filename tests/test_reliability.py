@@ -44,6 +44,19 @@ def test_checkpoints_are_atomic_checksummed_and_pruned(tmp_path):
     np.testing.assert_array_equal(store.load(2)["v"], np.arange(5) * 2)
 
 
+def test_only_the_newest_checkpoint_is_kept_by_default(tmp_path):
+    store = CheckpointStore(tmp_path / "ck")
+    for r in range(1, 4):
+        store.save(r, {"round": r})
+        assert store.rounds() == [r]  # the older one is deleted once the new one is written
+    assert [p.name for p in (tmp_path / "ck").iterdir()] == ["round-00003.ckpt"]
+    assert store.load_latest()["round"] == 3
+    store.save(2, {"round": 2})  # a resumed run writing a round again keeps what it just wrote
+    assert store.rounds() == [2]
+    with pytest.raises(ValueError, match="keep-checkpoints = 0 must be at least 1"):
+        CheckpointStore(tmp_path / "none", keep=0)
+
+
 def test_arrays_received_over_grpc_are_checkpointed(tmp_path):
     """Replies deserialised from gRPC hold memoryviews of the message buffer (plain pickle fails)."""
     record = ArrayRecord({"w": Array(np.arange(6, dtype=np.float32).reshape(2, 3))})
@@ -55,7 +68,7 @@ def test_arrays_received_over_grpc_are_checkpointed(tmp_path):
 
 
 def test_corrupt_newest_checkpoint_falls_back_to_the_previous(tmp_path, caplog):
-    store = CheckpointStore(tmp_path)
+    store = CheckpointStore(tmp_path, keep=2)
     store.save(1, {"round": 1})
     store.save(2, {"round": 2})
     path = checkpoint_path(tmp_path, 2)
@@ -154,7 +167,8 @@ def test_server_killed_after_round_k_resumes_to_the_same_result(tmp_path, method
 @pytest.mark.federation
 def test_resume_after_corrupting_the_last_checkpoint_uses_the_one_before(tmp_path, caplog):
     full = simulate(_config(tmp_path / "full", "sfl"))
-    config = _config(tmp_path / "cut", "sfl")
+    assert CheckpointStore(tmp_path / "full" / "run" / "checkpoints").rounds() == [3]  # default: 1
+    config = _config(tmp_path / "cut", "sfl", **{"keep-checkpoints": 2})
     simulate(config)
     store = CheckpointStore(tmp_path / "cut" / "run" / "checkpoints")
     assert store.rounds() == [3, 2]

@@ -142,10 +142,10 @@ def given_graph(cfg: RunConfig, source: str, graph_file: str, key: str) -> np.nd
             raise invalid(f"dataset '{cfg.dataset}' has no labels to share; use 'road' or 'file'")
         try:
             graph = ground_truth(cfg, required=True).label_graph
-        except (DataNotFoundError, OSError) as err:
-            raise invalid("the label-sharing graph is the partition's ground truth, which the "
-                          "server builds from the data set, and the data set is not available "
-                          f"here: {err}") from None
+        except (DataNotFoundError, OSError) as err:  # the data is what is missing: say so first
+            raise ConfigError(f"data: {err} (the server reads dataset '{cfg.dataset}' because "
+                              f"{key}='label-sharing' builds the client graph from its labels; or "
+                              f"set {key}='file' with {key}-file)") from None
     else:
         raise invalid("allowed: 'label-sharing', 'road', 'file'")
     try:

@@ -9,8 +9,9 @@ run, every client to rebuild the same settings from the run config.
 
 from __future__ import annotations
 
+import difflib
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
@@ -217,8 +218,10 @@ class RunConfig(Settings):
         known = {*common, *cls.model_fields, *sections}
         unknown = [key for key in data if key not in known]
         if unknown:
-            raise ValueError(f"unknown key '{unknown[0]}'; allowed keys: "
-                             f"{', '.join([*common, *sections])}")
+            given = data[unknown[0]]
+            key = (f"{unknown[0]}.{next(iter(given))}" if isinstance(given, Mapping) and given
+                   else unknown[0])  # `sfll.hops` arrives as {'sfll': {'hops': ...}}
+            raise ValueError(unknown_key_message(key))
         for section, model in sections.items():
             given = data.get(section, {})
             if isinstance(given, model):
@@ -230,8 +233,7 @@ class RunConfig(Settings):
             except ValidationError as err:
                 first = err.errors()[0]
                 if first["type"] == "extra_forbidden":
-                    raise ValueError(f"unknown key '{section}.{first['loc'][0]}'; allowed keys: "
-                                     f"{', '.join(allowed_keys(model))}") from None
+                    raise ValueError(unknown_key_message(f"{section}.{first['loc'][0]}")) from None
                 raise ValueError(describe(err, given, f"{section}.").removeprefix("run config: "))\
                     from None
         return data
@@ -400,6 +402,47 @@ class RunConfig(Settings):
             else:
                 out[key] = value
         return out
+
+
+def run_config_keys() -> list[str]:
+    """Every run-config key in Flower's flat spelling: the common keys, then `<section>.<key>`."""
+    keys = allowed_keys(RunConfig)
+    for section, model in registry.sections().items():
+        keys += [f"{section}.{key}" for key in allowed_keys(model)]
+    return keys
+
+
+def nearest_keys(key: str, keys: Iterable[str] | None = None) -> list[str]:
+    """The valid keys closest in spelling to `key`, best first: at most three, each about as close
+    as the best (`num-round` gives `num-rounds` alone, not every key that shares letters with it)."""
+    keys = list(run_config_keys() if keys is None else keys)
+    near = difflib.get_close_matches(key, keys, n=3, cutoff=0.6)
+    section, dot, name = key.partition(".")
+    if dot and not near:  # a key of a known section spelled far off: compare within the section
+        inside = [k.partition(".")[2] for k in keys if k.startswith(section + ".")]
+        near = [f"{section}.{k}" for k in difflib.get_close_matches(name, inside, n=3, cutoff=0.4)]
+    if not near:
+        return []
+    ratio = [difflib.SequenceMatcher(None, key, k).ratio() for k in near]
+    return [k for k, r in zip(near, ratio) if r >= max(ratio) - 0.1]
+
+
+def unknown_key_message(key: str) -> str:
+    """One line for an unknown run-config key: the nearest valid keys, else where the keys are."""
+    near = nearest_keys(key)
+    hint = f"did you mean {' or '.join(repr(k) for k in near)}?" if near else ""
+    section, dot, _ = key.partition(".")
+    sections = registry.sections()
+    if dot and section not in sections:
+        return (f"unknown key '{key}': there is no settings section '{section}'; "
+                + (hint or f"the sections are {', '.join(sections)}"))
+    if hint:
+        return f"unknown key '{key}'; {hint}"
+    if dot:
+        return (f"unknown key '{key}'; the keys of section '{section}' are "
+                f"{', '.join(allowed_keys(sections[section]))}")
+    return (f"unknown key '{key}'; the common keys are {', '.join(allowed_keys(RunConfig))} "
+            "(and <section>.<key> for a method's settings)")
 
 
 def _one_of(value: str, allowed: tuple[str, ...]) -> str:
