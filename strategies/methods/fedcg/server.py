@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -250,6 +251,9 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy, ClientKeyed):
             return
         self.labelling = None
         sampled = s.balance == "sinkhorn" and s.balance_schedule == "sampled"
+        started = time.perf_counter()
+        log.info("fedcg: labelling teacher %d: asking %d clients for its logits (%s)",
+                 self.teacher_version, len(online), s.balance)
         moments = [a for a in (yield from self._ask_teacher(online, "sample" if sampled else "moments"))
                    if a.num_examples > 0]
         if not moments:
@@ -286,7 +290,8 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy, ClientKeyed):
         self.balance_report = {"teacher-version": self.teacher_version,
                                "temperature": labelling.temperature,
                                "offset": labelling.offset.round(6).tolist(), **report}
-        log.info("fedcg: %s labelling of teacher %d%s", s.balance, self.teacher_version,
+        log.info("fedcg: %s labelling of teacher %d in %.1f s%s", s.balance, self.teacher_version,
+                 time.perf_counter() - started,
                  f", last step's hard histogram {report['hard-histogram']}" if "hard-histogram" in report
                  else "")
 
@@ -329,6 +334,12 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy, ClientKeyed):
         records = {MODEL: self.model, STUDENT: self.student, GRAPH: self.graph_record()}
         if s.clustering == "clf":
             records.update(self.teacher_records())
+            replace = -(-server_round // s.teacher_period) * s.teacher_period  # next multiple of T
+            log.info("fedcg: round %d: %d clients train with teacher %d (the student replaces it "
+                     "after round %d)", server_round, len(sampled), self.teacher_version, replace)
+        else:
+            log.info("fedcg: round %d: %d clients train (%s domains)", server_round, len(sampled),
+                     s.clustering)
         messages = []
         for client in sampled:
             client_config = train.config() if self.client_domain is None else train.model_copy(
@@ -360,6 +371,8 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy, ClientKeyed):
         if replaced:
             self.teacher = self.student
             self.teacher_version += 1
+            log.info("fedcg: round %d: the student becomes teacher %d", server_round,
+                     self.teacher_version)
         if s.adjacency == "distance" and server_round >= s.adj_warmup:
             self.adjacency = inverse_distance_adjacency(self.node_rows(), s.beta)
         self.adjacencies.append(self.adjacency.numpy().copy())

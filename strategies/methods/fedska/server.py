@@ -287,6 +287,8 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
                 started = time.perf_counter()
                 learned, losses = self.structure.fit(self.descriptors[nodes])
                 self._structure_seconds = time.perf_counter() - started
+                log.info("FedSKA: client graph learned in %.1f s%s", self._structure_seconds,
+                         f" (denoising loss {losses[0]:.4f} → {losses[-1]:.4f})" if losses else "")
                 graph[nodes.unsqueeze(1), nodes.unsqueeze(0)] = learned
             if s.tau > 0:
                 graph = s.tau * self.prior_hat + (1.0 - s.tau) * graph

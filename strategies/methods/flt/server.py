@@ -194,8 +194,9 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
         rel = self.relatedness
         edges = _edges(rel.adjacency)
         contrast = "undefined" if rel.contrast is None else f"{rel.contrast:.2f}"
-        log.info("FLT: FCR placed %d of %d clients, %d edges (structure contrast %s), %.1f s",
-                 len(centroids), self.num_clients, edges, contrast, self.fcr_seconds["total"])
+        log.info("FLT: FCR placed %d of %d clients, %d edges (structure contrast %s), %.1f s "
+                 "(UMAP %.1f s)", len(centroids), self.num_clients, edges, contrast,
+                 self.fcr_seconds["total"], self.fcr_seconds.get("umap", 0.0))
         if rel.complete:
             log.info("FLT: the graph's edges are not much closer in the encoder's space than its "
                      "other pairs (contrast %s, flt.min-contrast %g; undefined: no edge): no client "
