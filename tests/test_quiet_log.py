@@ -85,6 +85,8 @@ def test_relayed_stream_lines_of_the_known_warnings_are_recognised():
                           "requirements to avoid replacing the running Flower installation.")
     assert is_known_noise("/x/ray/_private/worker.py:2051: FutureWarning: Tip: In future versions of "
                           "Ray, Ray will no longer override accelerator visible devices env var")
+    assert is_known_noise("\x1b[36m(ClientAppActor pid=665)\x1b[0m \x1b[93mWARNING \x1b[0m:   Manually "
+                          "terminating ClientAppActor")
     assert not is_known_noise("\x1b[92mINFO \x1b[0m:      Federation `@none/default` (2 simulated "
                               "SuperNodes)")
     assert not is_known_noise("\x1b[93mWARNING \x1b[0m:   FLT: no client answered autoencoder round 1")

@@ -13,6 +13,8 @@ of the log: `quiet_known_warnings()` (called when `client_app` or `server_app` i
   lines say the federation's size and how to change it). Flower logs both before it loads the app,
   so only a tool that relays the stream can drop them (`is_known_noise`); the logging filter covers
   any later occurrence in a process where Bouquet is loaded.
+- Flower's "Manually terminating ClientAppActor", logged by each Ray actor as the simulation ends
+  (the actor has loaded the ClientApp by then, so the logging filter drops it).
 
 Each entry names its source so that a new Flower or Ray version's wording is easy to update; nothing
 else is filtered.
@@ -32,11 +34,13 @@ KNOWN_WARNINGS: tuple[tuple[type[Warning], str], ...] = (
 KNOWN_FLOWER_MESSAGES: tuple[str, ...] = (
     "Since flwr 1.32, default simulated SuperNodes changed from 10 to 2.",
     "Skipping `flwr` dependency from app requirements to avoid replacing the running Flower",
+    "Manually terminating ClientAppActor",
 )
 # A relayed log line: Flower's level prefix (possibly coloured), then one of its messages; or the
 # first line of the Ray warning as the `warnings` module prints it
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_LINE_PATTERNS = tuple(re.compile(r"^\s*WARNING\s*:\s*" + re.escape(m)) for m in KNOWN_FLOWER_MESSAGES) + (
+_LINE_PATTERNS = (
+    *(re.compile(r"WARNING\s*:\s*" + re.escape(m)) for m in KNOWN_FLOWER_MESSAGES),
     re.compile(r"FutureWarning: " + KNOWN_WARNINGS[0][1]),
 )
 
