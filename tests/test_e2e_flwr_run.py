@@ -48,4 +48,6 @@ def test_invalid_run_config_fails_the_run_with_one_line(superlink, tmp_path):
     status = _run_status(superlink, _run_id(result.stdout))
     assert status["status"] == "finished:failed", status
     assert "run config: key 'num-rounds' = 0 is invalid" in result.stdout + result.stderr
+    assert "Traceback" not in result.stdout + result.stderr  # the one line, no traceback after it
+    assert "run failed (Flower exit code 700): see the error above" in result.stdout
     assert not (tmp_path / "bad").exists()  # nothing was started or written
