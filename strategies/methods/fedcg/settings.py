@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Literal
 
 from pydantic import Field, model_validator
 
 from strategies.shared.settings import MethodSettings, Record
 from strategies.shared.messages import TrainInstructions
+
+log = logging.getLogger("flwr.bouquet")
+_WARNED: set[str] = set()  # warnings already logged by this process (server and clients validate)
 
 
 class FedCGSection(MethodSettings):
@@ -83,6 +87,28 @@ class FedCGSection(MethodSettings):
                                  f"needs partition 'domains' and fedcg.domains >= its {seen} seen "
                                  f"domains (got partition '{cfg.partition}', fedcg.domains = "
                                  f"{self.domains})")
+        self._warn_if_late(cfg.num_rounds)
+
+    def _warn_if_late(self, num_rounds: int) -> None:
+        """One log line (once per process) when a warm-up or period is at least num-rounds: the run
+        ends before the distance adjacency replaces A = I, or before the student first replaces the
+        teacher, so that part of FedCG never acts on training."""
+        keys, effects = [], []
+        if self.adjacency == "distance" and self.adj_warmup >= num_rounds:
+            keys.append(f"fedcg.adj-warmup = {self.adj_warmup}")
+            effects.append("the domain graph stays A = I")
+        if self.clustering == "clf" and self.teacher_period >= num_rounds:
+            keys.append(f"fedcg.teacher-period = {self.teacher_period}")
+            effects.append("the random teacher is never replaced by the student")
+        if not keys:
+            return
+        many = len(keys) > 1
+        message = (f"run config: {' and '.join(keys)} {'are' if many else 'is'} at least "
+                   f"num-rounds = {num_rounds}, so {' and '.join(effects)} while FedCG trains; "
+                   f"lower {'them' if many else 'it'} below num-rounds or raise num-rounds")
+        if message not in _WARNED:
+            _WARNED.add(message)
+            log.warning("%s", message)
 
     @property
     def balanced(self) -> bool:
