@@ -22,8 +22,9 @@ if str(REPO) not in sys.path:
 
 from docs.gen import RESULTS, fill, render_result  # noqa: E402
 
-# the results folders the site shows; the suite's per-cell folders are summarised in its tables
-FOLDERS = (RESULTS, RESULTS / "suite", RESULTS / "suite" / "diagnosis")
+# the results folders the site shows (docs.blocks.data.SITE_FOLDERS); the suite's per-cell folders
+# are summarised in its tables
+from docs.blocks.data import SITE_FOLDERS as FOLDERS  # noqa: E402
 
 
 def _results_pages() -> dict[str, str | Path]:
@@ -44,13 +45,17 @@ def _results_pages() -> dict[str, str | Path]:
 def _committed(path: Path) -> str:
     """A committed results page as is, except for pictures that were never committed (named in
     the text, not beside it): those links become a note."""
+    return _pictures(path.read_text(), path.parent)
+
+
+def _pictures(text: str, folder: Path) -> str:
+    """`text` with each picture that `folder` does not hold replaced by a note."""
     def picture(match: re.Match[str]) -> str:
         target = match.group(2)
-        if "://" in target or (path.parent / target).exists():
+        if "://" in target or (folder / target).exists():
             return match.group(0)
         return f"*(plot `{target}` not committed)*"
-
-    return re.sub(r"!\[([^\]]*)\]\(([^)]+)\)", picture, path.read_text())
+    return re.sub(r"!\[([^\]]*)\]\(([^)]+)\)", picture, text)
 
 
 def _index(pages: dict[str, str | Path]) -> str:
@@ -68,7 +73,8 @@ def on_files(files: Any, config: Any) -> Any:
 
     pages = _results_pages()
     for key, value in pages.items():
-        content = value if isinstance(value, str) else _committed(value)
+        content = (_pictures(value, (RESULTS / key).parent) if isinstance(value, str)
+                   else _committed(value))
         files.append(File.generated(config, f"results/{key}", content=content))
     for png in [p for folder in FOLDERS for p in sorted(folder.glob("*.png"))]:
         files.append(File.generated(config, f"results/{png.relative_to(RESULTS).as_posix()}",

@@ -401,7 +401,7 @@ def markdown_run(name: str) -> MarkdownRun:
 
 # --- links -----------------------------------------------------------------------------------------
 # results folders with a page on the site (docs/hooks.py FOLDERS)
-SITE_FOLDERS = (RESULTS, RESULTS / "suite", RESULTS / "suite" / "diagnosis")
+SITE_FOLDERS = (RESULTS, RESULTS / "suite", RESULTS / "suite" / "diagnosis", RESULTS / "method-safeguard")
 
 
 def site_page(path: Path) -> str | None:

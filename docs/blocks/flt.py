@@ -53,7 +53,7 @@ def defaults(prefix: str) -> str:
         ("`flt.umap-neighbors`", "5", "15 (UMAP's default)",
          f"share of Ã's edges inside the true clusters and ARI with 15 and with 5 neighbours: "
          f"{NOT_RECORDED} (the hand-written note {note} lists them)"),
-        ("`flt.fresh-only`", "true", "false (the spec's stale-inclusive average)",
+        ("`flt.fresh-only`", "true", "false (the reference code's stale-inclusive average)",
          f"ρ = 0.2, seed 0, fresh-only: label-clusters "
          f"{num(fresh.value('label-clusters', 0.2, 'flt'))} (worst 5 % "
          f"{num(fresh.value('label-clusters', 0.2, 'flt', 'worst'))}), domains "
@@ -185,7 +185,7 @@ def m50_reading(prefix: str) -> str:
         f"merges two clusters), and reaches 97 % earlier than IFCA (round {span(flt_r, 0)} against "
         f"{span(ifca_r, 0)}), but ends {span(behind, 1)} points below IFCA, which identifies the "
         "clusters perfectly on this split and then averages only the fresh models of each cluster; "
-        "FLT's rule in these runs (spec §3, [C] `all_clients`) also averages the unsampled clients' "
+        "FLT's rule in these runs (the reference code's `all_clients`) also averages the unsampled clients' "
         "stale models, so a round moves a neighbourhood's model only by the sampled share. With "
         "the paper's 100 rounds (same settings plus `client-threads=1`, "
         "`flt-label-clusters-m50-r100-seed{0,1,2}.md`): FLT "

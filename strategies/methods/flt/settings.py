@@ -27,7 +27,7 @@ class FLTSection(MethodSettings):
     pretrain_samples: int = Field(0, ge=0)  # > 0: server pretraining on samples no client holds
     pretrain_epochs: int = Field(5, ge=1)
     umap_neighbors: int = Field(5, ge=2)  # n_neighbors = min(this, Σk − 1) ([C] 15)
-    fresh_only: bool = True  # average only the neighbours trained this round (spec: stale included)
+    fresh_only: bool = True  # average only the neighbours trained this round (reference code: stale included)
     no_structure: Literal["complete", "keep"] = "complete"  # graph failing the check (paper: keep)
     min_contrast: float = Field(0.3, gt=0.0)  # Ã passes when its edges' latent distance < this × non-edges'
 
