@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from strategies.shared.generate import toml_value
+from strategies.shared.known_warnings import is_known_noise
 from strategies.shared.run_config import RunConfig, default_run_config, unknown_key_message
 from strategies.shared.settings import ConfigError
 
@@ -233,6 +234,8 @@ def _flwr_run(command: list[str], connection: str | None, stream: bool) -> int:
         run_id = None
         assert process.stdout is not None
         for line in process.stdout:
+            if is_known_noise(line):  # Flower's warnings logged before the app is loaded
+                continue
             sys.stdout.write(line)
             sys.stdout.flush()
             if run_id is None and (match := _STARTED.search(line)):

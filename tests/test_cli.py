@@ -15,6 +15,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
+
+from strategies.shared.known_warnings import KNOWN_FLOWER_MESSAGES, is_known_noise
 from flwr.app import Context, RecordDict
 
 from server_app import cli
@@ -105,11 +107,12 @@ def fake_flwr(tmp_path, monkeypatch):
     reports the run completed."""
     calls = tmp_path / "calls.jsonl"
     script = tmp_path / "flwr"
-    script.write_text(f"#!{sys.executable}\nimport json, sys\n"
+    script.write_text(f"#!{sys.executable}\nimport json, sys\nNOISE = {KNOWN_FLOWER_MESSAGES[0]!r}\n"
                       "if sys.argv[1] == 'list':\n"
                       "    print(json.dumps({'runs': [{'status': 'finished:completed'}]}))\n"
                       "    sys.exit()\n"
                       f"open({str(calls)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n"
+                      "print('\\x1b[93mWARNING \\x1b[0m:   ' + NOISE)\n"
                       "print('Successfully started run 42')\n")
     script.chmod(0o755)
     monkeypatch.setattr(cli, "flwr_executable", lambda: str(script))
@@ -118,6 +121,13 @@ def fake_flwr(tmp_path, monkeypatch):
     def recorded() -> list[list[str]]:
         return [json.loads(line) for line in calls.read_text().splitlines()] if calls.exists() else []
     return recorded
+
+
+def test_bouquet_run_relays_the_stream_without_flowers_known_warnings(fake_flwr, capsys):
+    assert cli.main(["run", str(REPO), "--run-config", "num-rounds=1"]) == 0
+    out = capsys.readouterr().out
+    assert "Successfully started run 42" in out and KNOWN_FLOWER_MESSAGES[0] not in out
+    assert is_known_noise(f"\x1b[93mWARNING \x1b[0m:   {KNOWN_FLOWER_MESSAGES[0]}")  # what was dropped
 
 
 def test_a_bad_config_submits_nothing(fake_flwr, capsys):
