@@ -44,7 +44,11 @@ STATE = "__bouquet_sharing__"  # the sharing's state, in the shared module's nam
 
 
 def is_bouquet_folder(folder: str) -> bool:
-    return os.path.isfile(os.path.join(folder, MARKER)) and os.path.isfile(os.path.join(folder, "__init__.py"))
+    """Bouquet's `datasets` folder, this version's (MARKER) or an earlier one's (an older FAB or checkout,
+    whose `datasets` must still go with its own `server_app`): no other package has these files."""
+    def has(name: str) -> bool:
+        return os.path.isfile(os.path.join(folder, name))
+    return has("__init__.py") and (has(MARKER) or (has("partition.py") and has("sources.py")))
 
 
 def bouquet_folder() -> str | None:

@@ -14,7 +14,6 @@ import io
 import json
 import subprocess
 import sys
-import sysconfig
 import textwrap
 import zipfile
 from pathlib import Path
@@ -131,6 +130,21 @@ def test_other_first_on_the_path_with_the_installed_hook(tmp_path):
     expect_shared(python(code, cwd=tmp_path), site)
 
 
+def test_the_hook_gives_an_earlier_bouquets_folder_first_on_the_path_to_its_own_app(tmp_path):
+    """An older FAB (its `datasets/` from before the sharing) unpacked first on sys.path where this
+    Bouquet is installed: `datasets` is that FAB's, beside the `server_app` it is imported with."""
+    site = stand_in(tmp_path / "site")
+    old = tmp_path / "old-fab" / "datasets"
+    old.mkdir(parents=True)
+    for name in ("__init__.py", "partition.py", "sources.py"):
+        (old / name).write_text("")
+    code = (f"import json, sys\nsys.path[:0] = [{str(old.parent)!r}, {str(site)!r}]\n"
+            f"sys.path.append({str(REPO)!r})\n" + hook(REPO)
+            + "import datasets\nprint(json.dumps(datasets.__file__))\n")
+    result = python(code, cwd=tmp_path)
+    assert result == str(old / "__init__.py")
+
+
 def test_a_submodule_of_the_other_package_imported_first_runs_its_init_first(tmp_path):
     """`import datasets.arrow_dataset` before any name: the other package's `__init__` runs first (as it
     would alone), and the module is imported once, not twice."""
@@ -245,11 +259,13 @@ def test_installed_beside_hugging_face_datasets(tmp_path):
 
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    purelib = Path(sysconfig.get_paths()["purelib"])
     venv_site = Path(subprocess.check_output(
         [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         text=True).strip())
-    (venv_site / "zz_reuse.pth").write_text(f"{purelib}\n")  # after the venv's own packages
+    # this environment's site folders, after the venv's own packages (not the checkout: Bouquet is
+    # installed into the venv below)
+    reused = [p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()]
+    (venv_site / "zz_reuse.pth").write_text("".join(f"{p}\n" for p in reused))
     pip(venv, "install", *HF)
     neutral = tmp_path / "neutral"
     neutral.mkdir()
