@@ -18,7 +18,6 @@ import torch
 from flwr.app import ArrayRecord, Context
 from flwr.serverapp import Grid, ServerApp
 
-from datasets.partition import Partition
 from datasets.sources import SOURCE_INFO, DataNotFoundError
 from models import build_model
 from server_app.callbacks import ResumeError, RunCallback
@@ -30,7 +29,6 @@ from server_app.runner import ClientsUnavailableError, FederationRunner
 from strategies.shared.client_matrix import ClientMatrixStorage
 from strategies.shared.settings import ConfigError
 from strategies.shared.run_config import RunConfig
-from strategies.shared import priors
 from strategies.shared.registry import build_strategy
 
 log = logging.getLogger("flwr.bouquet")
@@ -93,16 +91,6 @@ def run_directory(cfg: RunConfig) -> Path:
     return Path(cfg.output_dir).expanduser().resolve() / name
 
 
-def ground_truth(cfg: RunConfig) -> Partition | None:
-    """The partition's ground truth (clusters, label-sharing graph) when the server can rebuild it;
-    used only for reporting graph quality. A server without the data set reports none."""
-    truth = priors.ground_truth(cfg)
-    if truth is None:
-        log.info("no ground truth for reporting: the data set '%s' is not available here",
-                 cfg.dataset)
-    return truth
-
-
 def check_run_directory(cfg: RunConfig, directory: Path, checkpoints: CheckpointStore) -> None:
     """Refuse, before any file is written or client contacted, to overwrite an earlier run's results
     or to resume a run that has no checkpoint."""
@@ -147,7 +135,9 @@ def run(grid: Grid, cfg: RunConfig, connect_timeout: float = 300.0,
     with RunLock(directory) as lock:  # one live ServerApp per run directory (server_app/run_lock.py)
         check_run_directory(cfg, directory, checkpoints)
         recorder = RunRecorder(directory, cfg.flat(), fresh=not cfg.resume)
-        runner = FederationRunner(grid, cfg, strategy, recorder, ground_truth(cfg), checkpoints,
+        # the server reads no client data: ground truth and label sets are what the clients report
+        # in query.identify (FederationRunner.take_reports)
+        runner = FederationRunner(grid, cfg, strategy, recorder, checkpoints,
                                   [*callbacks, OwnershipCheck(lock)])
         runner.connect(timeout=connect_timeout)
         summary = runner.run(initial_arrays(cfg), resume=cfg.resume)

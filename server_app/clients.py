@@ -32,6 +32,7 @@ from flwr.supercore.inflatable.inflatable_utils import ObjectPushError
 
 from strategies.shared.fusion import fuse, is_fused, split_reply, split_request
 from strategies.shared.messages import IDENTIFY, IdentifyReply, IdentifyRequest, with_client
+from strategies.shared.priors import ClientReport, reports_of
 from server_app.validation import INVALID_REPLY, ReplyValidator
 
 log = logging.getLogger(__name__)
@@ -114,8 +115,13 @@ class ClientGrid:
     validates every reply (`server_app.validation`): an invalid one is handed on as an error reply."""
 
     def __init__(self, grid: Grid, num_clients: int, code_fingerprint: str,
-                 validator: ReplyValidator | None = None) -> None:
+                 validator: ReplyValidator | None = None, label_sets: bool = False) -> None:
         self.grid = grid
+        # what clients report about their data (strategies.shared.priors): by client id, and by
+        # name until named clients have ids; `label_sets`: ask for their label sets
+        self.label_sets = label_sets
+        self.reports: dict[int, ClientReport] = {}
+        self._announced_reports: dict[str, ClientReport] = {}
         self.validator = validator or ReplyValidator()
         self.num_clients = num_clients
         self.code_fingerprint = code_fingerprint
@@ -149,7 +155,8 @@ class ClientGrid:
         if new:
             request = RecordDict(
                 {"config": IdentifyRequest(
-                    code_fingerprint=self.code_fingerprint, num_clients=self.num_clients
+                    code_fingerprint=self.code_fingerprint, num_clients=self.num_clients,
+                    label_sets=self.label_sets,
                 ).config()}
             )
             messages = [Message(request, dst_node_id=n, message_type=IDENTIFY) for n in new]
@@ -173,8 +180,10 @@ class ClientGrid:
                     continue
                 self.slots[node] = NodeSlot(node, info.partition_id, info.num_partitions, info.device)
                 hosted = range(info.partition_id, self.num_clients, info.num_partitions)
-                for client, train, test in zip(hosted, info.train_sizes, info.test_sizes):
+                for client, train, test, report in zip(hosted, info.train_sizes, info.test_sizes,
+                                                       reports_of(info)):
                     self.validator.declare(client, train, test)
+                    self.reports.setdefault(client, report)
         kinds = {slot.partition_id is None for slot in self.slots.values()}
         if len(kinds) > 1:
             named = [n for n, slot in self.slots.items() if slot.partition_id is None]
@@ -195,8 +204,10 @@ class ClientGrid:
     def _announce(self, node: int, info: IdentifyReply) -> None:
         """Record the named clients a node announced (its slot hosts them once they have ids)."""
         self.slots[node] = NodeSlot(node, None, None, info.device, tuple(info.client_names))
-        for name, train, test in zip(info.client_names, info.train_sizes, info.test_sizes):
+        for name, train, test, report in zip(info.client_names, info.train_sizes, info.test_sizes,
+                                             reports_of(info)):
             self._announced[name] = (node, (train, test))
+            self._announced_reports.setdefault(name, report)
         for name, reason in zip(info.failed_names, info.failed_reasons):
             log.warning("node %s cannot use the data of client %r, which is left out of the run: %s",
                         node, name, reason)
@@ -234,6 +245,7 @@ class ClientGrid:
             self.left_out[client] = (node, what)
         elif client not in self.left_out:
             self.validator.declare(client, *what)
+            self.reports.setdefault(client, self._announced_reports[name])
 
     def client_names(self) -> dict[int, str]:
         """Client id -> name (nodes with their own data; empty for a partitioned run)."""

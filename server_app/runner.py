@@ -22,7 +22,7 @@ from flwr.app import ArrayRecord, Message
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
-from datasets.partition import Partition, heldout_test_clients
+from datasets.partition import heldout_test_clients
 from datasets.sources import dataset_task
 from server_app.callbacks import (
     Checkpointing,
@@ -38,6 +38,7 @@ from server_app.reporting import RunRecorder
 from server_app.clients import ClientGrid, TrainClients
 from strategies.shared.evidence import StartEvidence, federation_weight, grid
 from strategies.shared.personalized import PersonalizedStrategy
+from strategies.shared.priors import ClientReports, TakesClientReports
 from strategies.shared.provenance import code_fingerprint
 from strategies.shared.registry import METHODS
 from strategies.shared.run_config import RunConfig
@@ -102,11 +103,12 @@ def train_devices(replies: list[Message]) -> dict[str, dict[str, int]]:
 class FederationRunner:
     """Runs one federation: the round loop and every exchange with the clients. Cross-cutting work
     is done by callbacks (`server_app.callbacks`): the method's report (`MethodReporter`: per-round
-    fields and final artifacts; `truth` is the partition's ground truth, for reporting only), byte
-    counts, the round log, checkpoints and the TensorBoard event files."""
+    fields and final artifacts, with the ground truth the clients reported, `ClientReports`), byte
+    counts, the round log, checkpoints and the TensorBoard event files. The server reads no client
+    data: what it knows of the clients' data is what they report in `query.identify`."""
 
     def __init__(self, grid: Grid, cfg: RunConfig, strategy: Strategy, recorder: RunRecorder,
-                 truth: Partition | None = None, checkpoints: CheckpointStore | None = None,
+                 checkpoints: CheckpointStore | None = None,
                  callbacks: Sequence[RunCallback] = ()):
         self.cfg = cfg
         self.strategy = strategy
@@ -118,9 +120,12 @@ class FederationRunner:
         # trained from it, pooled since the start, with their squares
         self.safeguard_start = StartEvidence(cfg.safeguard_start)
         self.recorder = recorder
+        # a strategy that builds a label-sharing graph asks the clients for their label sets
+        label_sets = isinstance(strategy, TakesClientReports) and bool(strategy.label_sets_key)
         self.clients = ClientGrid(grid, cfg.num_clients, code_fingerprint(),
                                   ReplyValidator(cfg.max_update_norm, known_record_names(),
-                                                 model_record_patterns()))
+                                                 model_record_patterns()), label_sets=label_sets)
+        self.reports: ClientReports | None = None  # what the clients reported, once all have
         held_out = heldout_test_clients(cfg.data_spec.partition)
         # training samples among the clients with training data only (held-out test clients: none)
         self.train_clients = self.clients if held_out is None else TrainClients(
@@ -129,19 +134,22 @@ class FederationRunner:
         self.traffic = TrafficCount(cfg.num_clients)
         self.checkpointing = (Checkpointing(self, checkpoints, self.traffic)
                               if checkpoints is not None else None)
+        self.method_report = MethodReport(self, None)  # its truth: the clients' reports (connect)
         self.callbacks: list[RunCallback] = [
-            MethodReport(self, truth), self.traffic, RoundLog(),
+            self.method_report, self.traffic, RoundLog(),
             *([self.checkpointing] if self.checkpointing else []),
             TensorBoardLog(self, recorder.directory), *callbacks]
 
     # --- setup ------------------------------------------------------------------------------
     def connect(self, timeout: float) -> None:
-        """Identify nodes until every client is hosted (or fail with who is missing)."""
+        """Identify nodes until every client is hosted (or fail with who is missing), then take what
+        the clients reported about their data (`take_reports`)."""
         deadline = time.monotonic() + timeout
         while True:
             self.clients.refresh(timeout=min(60.0, timeout))
             missing = self.clients.missing_clients()
             if not missing:
+                self.take_reports()
                 return
             if self.clients.identify_failures:  # a node that answered with an error won't recover
                 node, reason = next(iter(self.clients.identify_failures.items()))
@@ -160,6 +168,24 @@ class FederationRunner:
                     "--node-config \"partition-id=<i> num-partitions=<n>\" covering every client"
                 )
             time.sleep(1.0)
+
+    def take_reports(self) -> None:
+        """The clients' reports (`ClientReports`): the ground truth of the method's report, and the
+        strategy's when it uses them (`TakesClientReports`: a label-sharing graph, true groups)."""
+        cfg = self.cfg
+        spec = cfg.data_spec.partition
+        names = spec.domain_names if spec.scheme == "domains" else None  # the config's, not data
+        self.reports = ClientReports(cfg.num_clients, self.clients.reports,
+                                     left_out=self.clients.left_out,
+                                     train_sizes=dict(self.clients.validator.train_sizes),
+                                     domain_names=names)
+        truth = self.reports.truth()
+        self.method_report.truth = truth
+        log.info("client reports %s%s", self.reports.describe(),
+                 "" if truth is not None and truth.cluster_ids is not None else
+                 "; no ground-truth figures (no client reported a group or domain field)")
+        if isinstance(self.strategy, TakesClientReports):
+            self.strategy.take_reports(self.reports)
 
     def await_reachable(self, timeout: float) -> bool:
         """Whether some client is reachable, re-identifying nodes for up to `timeout` s when none is

@@ -344,9 +344,15 @@ def test_given_graph_mode_uses_the_normalised_label_sharing_graph(tiny_run):
                                  "partition": "shards", "num-clients": 6,
                                  "fedska.graph": "label-sharing"})
     strategy = build_strategy(cfg)
-    from strategies.shared.priors import ground_truth
+    from datasets.federated import load_partition
+    from strategies.shared.priors import ClientReport, ClientReports
 
-    a0 = torch.as_tensor(ground_truth(cfg).label_graph)
+    assert strategy.label_sets_key == "fedska.graph" and strategy.prior_hat is None
+    source, partition = load_partition(cfg.data_spec)  # the clients' side: their label sets
+    strategy.take_reports(ClientReports(6, {
+        c: ClientReport(labels=tuple(np.unique(source.labels[partition.train_indices[c]])))
+        for c in range(6)}))
+    a0 = torch.as_tensor(partition.label_graph)
     torch.testing.assert_close(strategy.prior_hat, symmetric_normalize(a0))
     strategy.descriptors = torch.randn(6, 4)
     strategy.described_round[:] = 1

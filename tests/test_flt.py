@@ -67,7 +67,8 @@ def test_flt_config_errors_name_key_value_and_allowed():
         RunConfig.from_flower({**base, "flt.clusters": 20})
     with pytest.raises(ConfigError, match="'flt.pretrain-samples' = 10 is invalid: every one of the"):
         build_strategy(RunConfig.from_flower({**base, "dataset": "digits", "partition": "iid",
-                                              "max-samples-per-client": 0, "flt.pretrain-samples": 10}))
+                                              "max-samples-per-client": 0, "flt.pretrain-samples": 10,
+                                              "flt.pretrain-data": "unassigned"}))
 
 
 def test_server_split_holds_no_client_sample():
@@ -407,7 +408,8 @@ def test_a_client_that_misses_fcr_trains_alone_then_is_placed(tiny_run, tmp_path
         return client_app(message, context)
 
     run_config = {**default_run_config(), **tiny_run, "method": "flt", "num-rounds": 3,
-                  "flt.clusters": 2, "flt.pretrain-samples": 200, "flt.pretrain-epochs": 1}
+                  "flt.clusters": 2, "flt.pretrain-samples": 200, "flt.pretrain-epochs": 1,
+                  "flt.pretrain-data": "unassigned"}
     summary = run(LocalGrid(flaky, 2, run_config), RunConfig.from_flower(run_config))
     assert "query.flt_embed: client 3 failed and is skipped" in caplog.text
     assert "pretrained the autoencoder on 200 server-held images" in caplog.text

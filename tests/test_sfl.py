@@ -195,11 +195,23 @@ def test_methods_that_need_a_prior_reject_graph_none(tiny_run):
     assert star.prior is None and star.learner is not None
 
 
-def test_label_sharing_prior_is_the_partition_ground_truth(tiny_run):
+def test_label_sharing_prior_is_the_partition_ground_truth_from_the_clients_reports(tiny_run):
+    """The server builds the label-sharing graph from the label sets the clients report (it reads
+    no data): for a partition's clients, exactly the partition's label graph."""
     from datasets.federated import load_partition
+    from strategies.shared.priors import ClientReport, ClientReports, given_graph
 
     cfg = _cfg(tiny_run, method="sfl", partition="shards")
-    np.testing.assert_array_equal(prior_graph(cfg), load_partition(cfg.data_spec)[1].label_graph)
+    assert prior_graph(cfg) is None  # built once the clients have reported their label sets
+    source, partition = load_partition(cfg.data_spec)
+    reports = ClientReports(cfg.num_clients, {
+        c: ClientReport(labels=tuple(np.unique(source.labels[partition.train_indices[c]])))
+        for c in range(cfg.num_clients)})
+    np.testing.assert_array_equal(given_graph(cfg, "label-sharing", "", "sfl.graph", reports),
+                                  partition.label_graph)
+    with pytest.raises(ConfigError, match="clients \\[1\\] reported none"):
+        given_graph(cfg, "label-sharing", "", "sfl.graph", ClientReports(
+            cfg.num_clients, {c: r for c, r in reports.reports.items() if c != 1}))
 
 
 def test_road_prior_comes_from_the_traffic_data_set(tiny_run):

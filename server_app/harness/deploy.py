@@ -89,9 +89,14 @@ def serverapp_executor(tls: Tls, superlink_runtime: str = f"127.0.0.1:{CONTROL_P
     ]
 
 
-def node_config(partition_id: int, num_partitions: int, data_root: str = "") -> str:
-    """The `--node-config` of a SuperNode: which clients it hosts (c ≡ partition-id mod
-    num-partitions, see server_app/clients.py) and, optionally, where its data lives."""
+def node_config(partition_id: int, num_partitions: int, data_root: str = "",
+                data_dir: str = "") -> str:
+    """The `--node-config` of a SuperNode: which clients it hosts. With `data_dir`, the node's own
+    data (`datasets.local`): the clients found in that folder on its machine. Else a partition slot
+    (c ≡ partition-id mod num-partitions, see server_app/clients.py) of the run's data set and,
+    optionally, where that data set lives (`data_root`)."""
+    if data_dir:
+        return f'data-dir="{data_dir}"'
     if not 0 <= partition_id < num_partitions:
         raise ValueError(f"partition-id {partition_id} must be in [0, num-partitions={num_partitions})")
     config = f"partition-id={partition_id} num-partitions={num_partitions}"
@@ -100,9 +105,10 @@ def node_config(partition_id: int, num_partitions: int, data_root: str = "") -> 
 
 def supernode(tls: Tls, superlink_fleet: str, private_key: str, partition_id: int,
               num_partitions: int, data_root: str = "", port: int = CLIENTAPP_PORT,
-              secret_file: str = "") -> list[str]:
+              secret_file: str = "", data_dir: str = "") -> list[str]:
     """`flower-supernode` authenticated by `private_key`, trusting the CA, dialling the Fleet API;
-    its runtime API stays on loopback for its executor (`clientapp_executor`)."""
+    its runtime API stays on loopback for its executor (`clientapp_executor`). `data_dir`: the
+    node's own data folder (its clients are the data sets found there), else a partition slot."""
     return [
         "flower-supernode",
         "--root-certificates", tls.ca_cert,
@@ -110,7 +116,7 @@ def supernode(tls: Tls, superlink_fleet: str, private_key: str, partition_id: in
         "--auth-supernode-private-key", private_key,
         "--isolation", "process",
         "--port", str(port),
-        "--node-config", node_config(partition_id, num_partitions, data_root),
+        "--node-config", node_config(partition_id, num_partitions, data_root, data_dir),
         *_secret(secret_file),
     ]
 
@@ -245,10 +251,19 @@ SECRET_FILE = "superexec.secret"  # per machine: shared by its SuperLink/SuperNo
 MAKE_SECRET = f"[ -s {SECRET_FILE} ] || (umask 077 && openssl rand -out {SECRET_FILE} 32)"
 
 
+def node_data_dir(data_dir: str, i: int) -> str:
+    """SuperNode i's own data folder: `data_dir` with `{i}` replaced by i (the same path on every
+    machine when it has no `{i}`)."""
+    return data_dir.replace("{i}", str(i))
+
+
 def bare_metal(superlink_host: str, num_supernodes: int, certs: str, keys: str,
-               data_root: str) -> str:
+               data_root: str, data_dir: str = "") -> str:
     """The commands to run on each machine, as shell lines. Each machine makes its own SuperExec
-    secret; the SuperLink's Control API is reached on its machine or through an SSH tunnel."""
+    secret; the SuperLink's Control API is reached on its machine or through an SSH tunnel. With
+    `data_dir`, every SuperNode hosts the clients of its own data folder (`node_data_dir`) and the
+    SuperLink machine needs no data at all; else SuperNode i hosts partition slot i of the run's
+    data set (under `data_root`)."""
     tls = Tls.in_dir(certs)
     fleet = f"{superlink_host}:{FLEET_PORT}"
     settings = " ".join(f"{key}={shlex.quote(value)}" for key, value in EXECUTOR_ENV.items())
@@ -260,7 +275,8 @@ def bare_metal(superlink_host: str, num_supernodes: int, certs: str, keys: str,
     for i in range(num_supernodes):
         lines += [f"# SuperNode machine {i}", MAKE_SECRET,
                   shlex.join(supernode(Tls(f"{certs}/ca.crt"), fleet, f"{keys}/supernode-{i}", i,
-                                       num_supernodes, data_root, secret_file=SECRET_FILE)),
+                                       num_supernodes, data_root, secret_file=SECRET_FILE,
+                                       data_dir=node_data_dir(data_dir, i) if data_dir else "")),
                   f"{settings} {shlex.join(clientapp_executor(secret_file=SECRET_FILE))}"]
     return "\n".join(lines)
 
@@ -273,12 +289,20 @@ def main(argv: list[str] | None = None) -> None:
     cmd.add_argument("--supernodes", type=int, default=3)
     cmd.add_argument("--certs", default="certs", help="directory of gen_certs.sh output")
     cmd.add_argument("--keys", default="keys", help="directory of gen_keys.sh output")
-    cmd.add_argument("--data-root", default="", help="data directory on each SuperNode machine")
+    cmd.add_argument("--data-root", default="",
+                     help="partitioned: where each SuperNode machine keeps the run's data set")
+    cmd.add_argument("--data-dir", default="",
+                     help="own data: each SuperNode machine's own data folder, whose clients it "
+                          "hosts ({i} is replaced by the SuperNode's number, e.g. /data/site-{i})")
     comp = sub.add_parser("compose", help="print docker/compose.yml")
     comp.add_argument("--supernodes", type=int, default=3)
     args = parser.parse_args(argv)
     if args.what == "commands":
-        print(bare_metal(args.superlink_host, args.supernodes, args.certs, args.keys, args.data_root))
+        if args.data_dir and args.data_root:
+            parser.error("give --data-dir (each node's own data) or --data-root (a partition of "
+                         "one data set on every node), not both")
+        print(bare_metal(args.superlink_host, args.supernodes, args.certs, args.keys, args.data_root,
+                         args.data_dir))
     else:
         print(compose_yaml(args.supernodes), end="")
 

@@ -45,6 +45,9 @@ class IdentifyRequest(Record):
 
     code_fingerprint: str
     num_clients: int = Field(ge=1)
+    # the run builds a `label-sharing` client graph: each client reports its label set (it reveals
+    # which labels each client holds, so only then)
+    label_sets: bool = False
 
 
 class IdentifyReply(Record):
@@ -70,6 +73,17 @@ class IdentifyReply(Record):
     client_names: list[str] = Field(default_factory=list)
     failed_names: list[str] = Field(default_factory=list)
     failed_reasons: list[str] = Field(default_factory=list)
+    # what the clients report about their data (strategies.shared.priors.ClientReport), one entry
+    # per hosted client or none at all: their distinct train labels as "0,3,7" (only when the request
+    # asks for `label-sets`), their group id (-1: none) and their train samples per domain id as
+    # "12,0,5" ("": none). Partitioned: the partition's ground truth of the client; own data: the
+    # npz `group` / `domain` arrays. The server's ground-truth figures come from these alone.
+    label_sets: list[str] = Field(default_factory=list)
+    groups: list[int] = Field(default_factory=list)
+    domain_counts: list[str] = Field(default_factory=list)
+    # a partition's clients when the partition has no clusters (simulation only): train samples per
+    # label as "12,0,5", the label-similarity ground truth
+    label_counts: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _one_way_of_hosting(self) -> IdentifyReply:
@@ -83,6 +97,12 @@ class IdentifyReply(Record):
                              "train-sizes; one per named client")
         if len(self.failed_reasons) != len(self.failed_names):
             raise ValueError("one failed-reasons entry per failed-names entry")
+        for name in ("label_sets", "groups", "domain_counts", "label_counts"):
+            entries = getattr(self, name)
+            if entries and len(entries) != len(self.train_sizes):
+                raise ValueError(f"{len(entries)} {name.replace('_', '-')} entries but "
+                                 f"{len(self.train_sizes)} hosted clients; one per hosted client, "
+                                 "or none")
         return self
 
 

@@ -19,6 +19,7 @@ from datasets.partition import Partition
 from strategies.methods.fedcg.settings import FEDCG_METRICS, FedCGEvaluateCounts
 from strategies.shared.messages import METRICS, EvaluateReply
 from strategies.shared.phases import Replies
+from strategies.shared.priors import ReportedTruth
 from strategies.shared.reporter import MethodReporter
 
 MAX_HEATMAPS = 12  # panels of adjacency-rounds.png
@@ -38,15 +39,20 @@ def nmi_from_counts(table: np.ndarray) -> float | None:
     return float(normalized_mutual_info_score(np.repeat(rows, counts), np.repeat(cols, counts)))
 
 
-def domain_name(truth: Partition, client: int) -> str:
-    """The name of a client's (first) true domain: its rotation in degrees, or its style."""
+def domain_name(truth: Partition | ReportedTruth, client: int) -> str:
+    """The name of a client's (first) true domain: its rotation in degrees, or its style (the run
+    config's names); else its id."""
     if truth.domain_names is not None:
         return truth.domain_names[int(truth.cluster_ids[client])]
-    return f"{float(truth.rotations[client]):g}"
+    if truth.rotations is not None:
+        return f"{float(truth.rotations[client]):g}"
+    return str(int(truth.cluster_ids[client]))
 
 
-def seen_domains(truth: Partition) -> set[int]:
+def seen_domains(truth: Partition | ReportedTruth) -> set[int]:
     """Ids of the domains that some training image is in."""
+    if getattr(truth, "seen_domain_ids", None) is not None:  # reported by the clients
+        return set(truth.seen_domain_ids)
     if truth.train_domains is not None:
         return {int(d) for domains in truth.train_domains for d in np.unique(domains)}
     return {int(truth.cluster_ids[c]) for c in range(truth.num_clients) if len(truth.train_indices[c])}

@@ -87,6 +87,7 @@ from strategies.shared.messages import (
 from strategies.shared.params import ParameterLayout
 from strategies.shared.personalized import weighted_mean
 from strategies.shared.phases import ClientKeyed, Phase, PhasedStrategy, Replies, Steps
+from strategies.shared.priors import ClientReports
 from strategies.methods.fedcg.report import FedCGReporting, largest_share, nmi_from_counts
 
 if TYPE_CHECKING:
@@ -413,16 +414,23 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy, ClientKeyed):
     def aggregate_evaluate(self, server_round: int, replies: Replies) -> MetricRecord | None:
         return self.evaluation_report(server_round, replies)
 
+    label_sets_key = None  # FedCG asks the clients for no label sets
+
+    def take_reports(self, reports: ClientReports) -> None:
+        """The true domains the clients reported (their group and per-domain train counts), for the
+        per-domain accuracy and NMI figures; none reported: those figures are left out."""
+        truth = reports.truth()
+        if truth is not None and truth.cluster_ids is not None:
+            self.truth = truth
+        else:
+            log.info("fedcg: no client reported a group or domain field: no per-domain accuracy or "
+                     "NMI figures")
+
 
 def build_fedcg(cfg: RunConfig) -> FedCG:
-    """FedCG with the partition's ground truth (true domains: reporting only) when the server can
-    rebuild it from the data set."""
-    from strategies.shared.priors import ground_truth
-
-    truth = ground_truth(cfg)
-    if truth is None:
-        log.info("fedcg: no ground truth for reporting (the data set is not available here)")
-    return fedcg_for(cfg, truth)
+    """FedCG; its ground truth (true domains: reporting only) is what the clients report
+    (`FedCG.take_reports`)."""
+    return fedcg_for(cfg)
 
 
 def fedcg_for(cfg: RunConfig, truth: Partition | None = None) -> FedCG:

@@ -74,6 +74,7 @@ from strategies.shared.graph import fresh_graph, structure_share
 from strategies.shared.messages import CONFIG, GLOBAL, METRICS, MODEL, PERSONAL
 from strategies.shared.personalized import PersonalizedStrategy, weighted_mean
 from strategies.shared.phases import CountsTraffic, Phase, PhasedStrategy, Steps
+from strategies.shared.priors import ClientReports, check_adjacency
 from strategies.methods.fedska.structure_learning import (
     StructureModel,
     encoder_gradient_step,
@@ -100,22 +101,27 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
     # the safeguard on: a client holds its trained model as its own, so evaluation sends its graph
     # start u_k in place of it (start='graph'; a class default, so older checkpoints load)
     evaluate_start = False
+    # the run config key whose label-sharing prior is built from the label sets the clients report
+    # (`take_reports`); None: no prior, or given at construction
+    label_sets_key: str | None = None
 
     def __init__(self, num_clients: int, fraction_train: float, settings: FedSKASection, *,
                  seed: int, prior: np.ndarray | None = None,
                  reference: np.ndarray | None = None,
                  truth: tuple[np.ndarray, str] | None = None,
                  matrix_storage: ClientMatrixStorage | None = None,
-                 evaluate_start: bool = False) -> None:
+                 evaluate_start: bool = False, label_sets_key: str | None = None) -> None:
         super().__init__(num_clients, fraction_train, matrix_storage=matrix_storage)
         self.evaluate_start = evaluate_start
-        if (settings.graph == "label-sharing" or settings.tau > 0) and prior is None:
+        if (settings.graph == "label-sharing" or settings.tau > 0) and prior is None \
+                and not label_sets_key:
             raise ValueError("fedska.graph='label-sharing' and fedska.tau > 0 need the prior graph")
+        self.label_sets_key = label_sets_key
         self.settings, self.seed = settings, seed
         self.prior_hat = (None if prior is None
                           else symmetric_normalize(torch.as_tensor(prior, dtype=torch.float32)))
-        self.reference = reference  # label-sharing ground truth: display order only
-        # the true structure S is scored against (`strategies.shared.graph.true_structure`)
+        self.reference = reference  # a ground-truth graph (label sharing, groups): display only
+        # the true structure S is scored against (`ClientReports.structure`)
         self.truth, self.truth_kind = truth if truth is not None else (None, "")
         self.descriptors: torch.Tensor | None = None  # H^c [K, d]
         self.described_round = torch.full((num_clients,), -1, dtype=torch.long)  # H^c_k's; −1: none
@@ -264,6 +270,27 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
                  else self._split_learning(arrays, clients))
         self._report.update((yield from split))
         self._report["fedska-server-seconds"] += time.perf_counter() - started
+
+    def take_reports(self, reports: ClientReports) -> None:
+        """The clients' reports: the label-sharing prior (when `label_sets_key`), the true structure
+        S is scored against and the display order of the graph pictures."""
+        if self.label_sets_key:
+            from strategies.shared.settings import ConfigError
+
+            graph = reports.label_graph()
+            if graph is None:
+                raise ConfigError(f"run config: key '{self.label_sets_key}' needs the label-sharing "
+                                  "graph of the label sets the clients report, and not every client "
+                                  "reported one")
+            prior = check_adjacency(graph, self.num_clients)
+            self.prior_hat = symmetric_normalize(torch.as_tensor(prior, dtype=torch.float32))
+        structure = reports.structure()
+        if structure is not None:
+            self.truth, self.truth_kind = structure
+        if self.reference is None:
+            self.reference = reports.label_graph()
+            if self.reference is None and structure is not None:
+                self.reference = structure[0]
 
     def _learn_structure(self, server_round: int) -> dict[str, Any]:
         """S from the descriptors of every client seen so far (§2), or with `descriptor-max-age`
@@ -515,16 +542,14 @@ def _array(tensor: torch.Tensor) -> Array:
 def build_fedska(cfg: RunConfig, storage: ClientMatrixStorage | None = None) -> FedSKA:
     """FedSKA from the run config, its client matrix kept by `storage`; the prior graph (given-graph
     mode, τ > 0) is loaded and checked before any client is contacted."""
-    from strategies.shared.priors import given_graph, ground_truth, structure_truth
+    from strategies.shared.priors import given_graph
 
     s = cfg.fedska
-    prior = None
+    key = None
     if s.graph == "label-sharing" or s.tau > 0:
         key = "fedska.graph" if s.graph == "label-sharing" else "fedska.tau"
-        prior = given_graph(cfg, "label-sharing", "", key)
-    truth = ground_truth(cfg)
-    reference = truth.label_graph if truth is not None else None
+        given_graph(cfg, "label-sharing", "", key)  # checks the data set has labels to share
+    # the prior: the label sets the clients report (FedSKA.take_reports); the truth: their groups
     return FedSKA(cfg.num_clients, cfg.fraction_train, s, seed=cfg.seed,
-                  prior=prior, reference=reference,
-                  truth=structure_truth(cfg), matrix_storage=storage,
-                  evaluate_start=cfg.safeguard == "mix")
+                  matrix_storage=storage, evaluate_start=cfg.safeguard == "mix",
+                  label_sets_key=key)

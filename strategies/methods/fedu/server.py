@@ -33,7 +33,7 @@ from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 from strategies.methods.fedu.settings import FedUSection
 from strategies.shared.client_matrix import ClientMatrixStorage
 from strategies.shared.graph import row_normalize
-from strategies.shared.priors import check_adjacency, given_graph
+from strategies.shared.priors import ClientReports, check_adjacency, given_graph
 from strategies.shared.messages import CONFIG, PERSONAL, TRAIN_LOCAL
 from strategies.shared.personalized import PersonalizedStrategy
 
@@ -70,16 +70,37 @@ class FedU(PersonalizedStrategy):
     """Local training + one Laplacian-regularisation step over the given graph per round."""
 
     train_message_type = TRAIN_LOCAL
+    # 'fedu.graph' when the graph is the label-sharing graph of the label sets the clients report
+    # (`take_reports`, before round 1); None: given at construction
+    label_sets_key: str | None = None
 
     def __init__(self, num_clients: int, fraction_train: float, settings: FedUSection, *,
-                 graph: np.ndarray, lr: float, matrix_storage: ClientMatrixStorage | None = None) -> None:
-        """`settings` is the `fedu` section; `graph` the loaded given graph [K, K]; `lr` the common
-        local learning rate η (the Laplacian step is η·λ)."""
+                 graph: np.ndarray | None, lr: float,
+                 matrix_storage: ClientMatrixStorage | None = None) -> None:
+        """`settings` is the `fedu` section; `graph` the loaded given graph [K, K] (None: the
+        label-sharing graph the clients' reports give, `take_reports`); `lr` the common local
+        learning rate η (the Laplacian step is η·λ)."""
         super().__init__(num_clients, fraction_train, matrix_storage=matrix_storage)
-        self.graph = row_normalize(check_adjacency(graph, num_clients))
+        self.label_sets_key = "fedu.graph" if graph is None else None
+        self.graph = None if graph is None else row_normalize(check_adjacency(graph, num_clients))
         self.lam, self.lr = settings.lambda_, lr
         self.untrained = settings.untrained
         self._trained: list[int] = []
+
+    def take_reports(self, reports: ClientReports) -> None:
+        """The label-sharing graph of the label sets the clients reported (when `label_sets_key`)."""
+        if not self.label_sets_key:
+            return
+        graph = reports.label_graph()
+        if graph is None:
+            from strategies.shared.settings import ConfigError
+
+            raise ConfigError("run config: key 'fedu.graph' = 'label-sharing' needs the label sets "
+                              "of the clients, and not every client reported one; or set "
+                              "fedu.graph='file'")
+        self.graph = row_normalize(check_adjacency(graph, self.num_clients))
+        log.info("FedU: graph 'label-sharing' (from the label sets the clients reported), %.1f "
+                 "neighbours per client (self included)", float((graph > 0).sum(axis=1).mean()))
 
     def train_content(self, client: int, arrays: ArrayRecord, config: ConfigRecord) -> RecordDict:
         return RecordDict({PERSONAL: self.personal_arrays(client), CONFIG: config})
@@ -116,7 +137,8 @@ def build_fedu(cfg: RunConfig, storage: ClientMatrixStorage | None = None) -> Fe
     """FedU from the run config, its client matrix kept by `storage`; the graph is loaded and checked
     before any client is contacted."""
     s = cfg.fedu
-    graph = given_graph(cfg, s.graph, s.graph_file, "fedu.graph")
-    log.info("FedU: graph '%s', %.1f neighbours per client (self included), λ = %g, untrained rows: %s",
-             s.graph, float((graph > 0).sum(axis=1).mean()), s.lambda_, s.untrained)
+    graph = given_graph(cfg, s.graph, s.graph_file, "fedu.graph")  # label-sharing: None until reported
+    log.info("FedU: graph '%s', %s neighbours per client (self included), λ = %g, untrained rows: %s",
+             s.graph, "the clients' label sets give its" if graph is None else
+             f"{float((graph > 0).sum(axis=1).mean()):.1f}", s.lambda_, s.untrained)
     return FedU(cfg.num_clients, cfg.fraction_train, s, graph=graph, lr=cfg.lr, matrix_storage=storage)

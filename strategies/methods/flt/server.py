@@ -3,8 +3,9 @@
 A one-off Form Client Relatedness (FCR) before round 1's training, then FedAvg generalised over the
 discovered client graph:
 
-- Phase 0 (optional, server only): pretrain the convolutional autoencoder on a server-held split that
-  no client holds (`flt.pretrain-samples` > 0).
+- Phase 0 (optional, server only): pretrain the convolutional autoencoder on data the server owns,
+  never a client's (`flt.pretrain-samples` > 0 images of `flt.pretrain-data`: a .npz on the server, or
+  `unassigned`, the built-in data set's samples that no client holds; without it phase 0 is skipped).
 - Phase 1 (`train.flt_ae`, `flt.ae-rounds` rounds, all clients): F epochs of reconstruction training
   with Adam on each client, n-weighted FedAvg of the autoencoders (spec §6.1 [D]).
 - Phase 2 (`query.flt_embed`, all clients): each client replies only the k k-means centroids of its
@@ -235,7 +236,8 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
                 generator=torch.Generator().manual_seed(self.seed * 1_000_003 + _PRETRAIN_STREAM),
             )
             self.fcr_seconds["pretrain"] = time.perf_counter() - started
-            log.info("FLT: pretrained the autoencoder on %d server-held images (loss %.4f)",
+            log.info("FLT: pretrained the autoencoder on %d server-held images, the server's own "
+                     "data (flt.pretrain-data), no client's (loss %.4f)",
                      len(self.pretrain_images), loss)
         arrays = ArrayRecord(model.state_dict())
         layout = ParameterLayout.of(arrays)
@@ -435,6 +437,62 @@ def server_held_images(spec: DataSpec, count: int, seed: int) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(source.images[np.sort(chosen)]))
 
 
+PRETRAIN_UNASSIGNED = "unassigned"  # flt.pretrain-data: the built-in data set's unassigned samples
+
+
+def server_owned_images(path: str, count: int, input_shape: tuple[int, ...], seed: int) -> torch.Tensor:
+    """Up to `count` images (a seeded choice) of the server's own .npz (`flt.pretrain-data`): array
+    `x` of the run's input shape, float or uint8 (scaled by 1/255); ValueError naming the file and
+    what is allowed."""
+    from pathlib import Path
+
+    file = Path(path).expanduser()
+    allowed = (f"allowed: a .npz on the server with array x [n, {', '.join(map(str, input_shape))}] "
+               f"(float, or uint8 scaled by 1/255), or '{PRETRAIN_UNASSIGNED}'")
+    if file.suffix.lower() != ".npz" or not file.is_file():
+        raise ValueError(f"{str(file)!r} is not an existing .npz file; {allowed}")
+    try:
+        with np.load(file, allow_pickle=False) as archive:
+            x = archive["x"]
+    except (KeyError, OSError, ValueError) as err:
+        raise ValueError(f"{str(file)!r} could not be read ({err}); {allowed}") from None
+    if tuple(x.shape[1:]) != tuple(input_shape) or len(x) == 0:
+        raise ValueError(f"{str(file)!r}: x has shape {list(x.shape)}; {allowed}")
+    chosen = np.sort(np.random.default_rng(seed).choice(len(x), size=min(count, len(x)),
+                                                        replace=False))
+    images = x[chosen]
+    images = images.astype(np.float32) / np.float32(255.0) if images.dtype == np.uint8 else \
+        np.ascontiguousarray(images, dtype=np.float32)
+    if len(chosen) < count:
+        log.warning("FLT: flt.pretrain-samples=%d but %s holds %d images; pretraining on those",
+                    count, file, len(chosen))
+    return torch.from_numpy(images)
+
+
+def pretrain_images(cfg: RunConfig, input_shape: tuple[int, ...]) -> torch.Tensor | None:
+    """Phase 0's images: `flt.pretrain-samples` of the server's own data (`flt.pretrain-data`); None
+    (logged) when the run gives the server no data of its own."""
+    from strategies.shared.settings import ConfigError
+
+    s = cfg.flt
+    if s.pretrain_samples == 0:
+        return None
+    if not s.pretrain_data:
+        log.info("FLT: flt.pretrain-samples=%d but flt.pretrain-data is not set: the server has no "
+                 "data of its own, so the server pretraining (phase 0) is skipped and the "
+                 "autoencoder starts from its seeded initialisation", s.pretrain_samples)
+        return None
+    try:
+        if s.pretrain_data == PRETRAIN_UNASSIGNED:
+            return server_held_images(cfg.data_spec, s.pretrain_samples, cfg.seed)
+        return server_owned_images(s.pretrain_data, s.pretrain_samples, input_shape, cfg.seed)
+    except ValueError as err:
+        key, value = (("flt.pretrain-samples", s.pretrain_samples)
+                      if s.pretrain_data == PRETRAIN_UNASSIGNED else
+                      ("flt.pretrain-data", s.pretrain_data))
+        raise ConfigError(f"run config: key '{key}' = {value!r} is invalid: {err}") from None
+
+
 def build_flt(cfg: RunConfig, storage: ClientMatrixStorage | None = None) -> FLT:
     """FLT from the run config, its client matrix kept by `storage`; fails before any client is
     contacted on an unusable setting."""
@@ -447,13 +505,7 @@ def build_flt(cfg: RunConfig, storage: ClientMatrixStorage | None = None) -> FLT
     except ValueError as err:
         raise ConfigError(f"run config: key 'dataset' = {cfg.dataset!r} is invalid for method "
                           f"'flt': {err}") from None
-    images = None
-    if cfg.flt.pretrain_samples > 0:
-        try:
-            images = server_held_images(cfg.data_spec, cfg.flt.pretrain_samples, cfg.seed)
-        except ValueError as err:
-            raise ConfigError(f"run config: key 'flt.pretrain-samples' = "
-                              f"{cfg.flt.pretrain_samples} is invalid: {err}") from None
+    images = pretrain_images(cfg, input_shape)
     return FLT(cfg.num_clients, cfg.fraction_train, cfg.flt, input_shape=input_shape, seed=cfg.seed,
                pretrain_images=images, matrix_storage=storage)
 

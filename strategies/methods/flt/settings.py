@@ -24,7 +24,11 @@ class FLTSection(MethodSettings):
     ae_epochs: int = Field(2, ge=1)  # F: local reconstruction epochs per autoencoder round
     ae_lr: float = Field(0.001, gt=0.0)  # Adam
     ae_batch_size: int = Field(32, ge=1)
-    pretrain_samples: int = Field(0, ge=0)  # > 0: server pretraining on samples no client holds
+    pretrain_samples: int = Field(0, ge=0)  # > 0: server pretraining on this many of its own images
+    # the server's own data for that pretraining (never a client's): "" none (pretraining skipped);
+    # a .npz with `x` on the server; "unassigned": the built-in data set's samples that the partition
+    # gives no client (simulation: the server reads the data set for them)
+    pretrain_data: str = ""
     pretrain_epochs: int = Field(5, ge=1)
     umap_neighbors: int = Field(5, ge=2)  # n_neighbors = min(this, Σk − 1) ([C] 15)
     fresh_only: bool = True  # average only the neighbours trained this round (reference code: stale included)

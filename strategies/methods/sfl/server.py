@@ -7,8 +7,9 @@ model is the unweighted read-out w = (1/N)·Σ_i u_i (§6.6). Clients start from
 loss plus λ1·||θ − u_i||_2 + λ2·||θ − w||_2 (message `train.sfl`, client half in `client_app/methods/sfl.py`);
 they are evaluated with u_i on their own test split (§6.3).
 
-The prior graph A is a server artifact (§3), taken before any client is contacted from `sfl.graph`:
-`label-sharing` (the partitioner's ground-truth graph of clients that share a train label), `road`
+The prior graph A is a server artifact (§3), taken from `sfl.graph`: `label-sharing` (clients that
+share a train label, from the label sets the clients report in `query.identify`, which the run then
+asks them for: it reveals which labels each client holds), `road`
 (the traffic data set's Gaussian-kernel sensor graph, `datasets.traffic.road_graph`), `file`
 (`sfl.graph-file`, a checked .npy / .csv adjacency), or `none` (SFL* with β = 1 only).
 `sfl-star` (SFL*) also learns A_learn from the distances between the client models each round
@@ -38,7 +39,7 @@ from strategies.shared.graph import (
 from strategies.methods.sfl.graph_learner import GraphLearner, blend
 from strategies.shared.messages import CONFIG, GLOBAL, MODEL, PERSONAL
 from strategies.shared.personalized import PersonalizedStrategy
-from strategies.shared.priors import check_adjacency, given_graph, ground_truth, structure_truth
+from strategies.shared.priors import ClientReports, check_adjacency, given_graph
 
 if TYPE_CHECKING:
     from datasets.partition import Partition
@@ -59,32 +60,63 @@ class SFL(PersonalizedStrategy):
                  prior: np.ndarray | None, learner: GraphLearner | None = None,
                  reference: np.ndarray | None = None, graph_source: str = "",
                  truth: tuple[np.ndarray, str] | None = None,
-                 matrix_storage: ClientMatrixStorage | None = None) -> None:
+                 matrix_storage: ClientMatrixStorage | None = None,
+                 label_sets_key: str | None = None) -> None:
+        """`label_sets_key`: the prior is the label-sharing graph of the label sets the clients
+        report (`take_reports`, before round 1; `prior` is then None until they have)."""
         super().__init__(num_clients, fraction_train, matrix_storage=matrix_storage)
-        if prior is None and learner is None:
+        if prior is None and learner is None and not label_sets_key:
             raise ValueError("SFL needs a prior graph, a graph learner, or both")
         self.settings = settings
         self.learner = learner
+        self.label_sets_key = label_sets_key
         self.graph_source = graph_source or settings.graph
-        self.prior = None if prior is None else check_adjacency(prior, num_clients)
-        self.prior_hat = None if prior is None else row_normalize(self.prior)
-        self.reference = reference  # ground-truth label-sharing graph: reporting only
-        # the true structure A_learn is scored against (`strategies.shared.graph.true_structure`)
+        self.reference = reference  # a ground-truth graph (label sharing, groups): display only
+        # the true structure A_learn is scored against (`ClientReports.structure`)
         self.truth, self.truth_kind = truth if truth is not None else (None, "")
         self.aggregated: torch.Tensor | None = None  # U [N, P]
         self.global_row: torch.Tensor | None = None  # w of the last read-out
         self.updates: torch.Tensor | None = None  # SFL*, gl-features=updates: last v_i − start
         self.learned: torch.Tensor | None = None  # A_learn of the last round (SFL*)
-        self.graph_hat = self.prior_hat if learner is None else None  # Â used in the last round
-        self.propagation: GCNPropagation | None = None  # SFL*: rebuilt every round
-        if learner is None:
-            self.propagation = GCNPropagation(self.prior_hat, settings.hops, settings.alpha,
-                                              settings.propagation)
+        self._set_prior(prior)
         self.history: list[np.ndarray] = []  # per-round Â of SFL* (small N only)
         self.shares: list[float | None] = []  # per-round share of A_learn inside the true structure
         self.seconds: list[float] = []  # per-round server aggregation time (learner + GCN + read-out)
         self._absorbed = 0
         self._report: dict[str, Any] = {}
+
+    def _set_prior(self, prior: np.ndarray | None) -> None:
+        """A (checked), Â = rownorm(A); SFL: Â is the graph of every round and its propagation."""
+        self.prior = None if prior is None else check_adjacency(prior, self.num_clients)
+        self.prior_hat = None if prior is None else row_normalize(self.prior)
+        self.graph_hat = self.prior_hat if self.learner is None else None  # Â used in the last round
+        self.propagation: GCNPropagation | None = None  # SFL*: rebuilt every round
+        if self.learner is None and self.prior_hat is not None:
+            s = self.settings
+            self.propagation = GCNPropagation(self.prior_hat, s.hops, s.alpha, s.propagation)
+
+    def take_reports(self, reports: ClientReports) -> None:
+        """The clients' reports: the label-sharing prior (when `label_sets_key`), the true structure
+        A_learn is scored against and the display order of the graph pictures."""
+        if self.label_sets_key:
+            from strategies.shared.settings import ConfigError
+
+            graph = reports.label_graph()
+            if graph is None:
+                raise ConfigError(f"run config: key '{self.label_sets_key}' = 'label-sharing' needs "
+                                  "the label sets of the clients, and not every client reported "
+                                  f"one; or set {self.label_sets_key}='file'")
+            self._set_prior(graph)
+            log.info("SFL: prior graph 'label-sharing' (from the label sets the clients reported): "
+                     "%d clients, %.1f neighbours per client (self included)",
+                     len(graph), float((graph > 0).sum(axis=1).mean()))
+        structure = reports.structure()
+        if structure is not None:
+            self.truth, self.truth_kind = structure
+        if self.reference is None:
+            self.reference = reports.label_graph()
+            if self.reference is None and structure is not None:
+                self.reference = structure[0]
 
     # --- messages -----------------------------------------------------------------------------
     def bind(self, arrays: ArrayRecord) -> None:
@@ -290,11 +322,8 @@ def build_sfl(cfg: RunConfig, learn: bool, storage: ClientMatrixStorage | None =
             f"1 − β = {1 - s.beta:g}; set sfl.beta=1.0 to learn the graph alone, or choose "
             "'label-sharing', 'road' or 'file'")
     prior = prior_graph(cfg) if needs_prior else None
-    reference = None
-    if learn:
-        partition = ground_truth(cfg)
-        reference = partition.label_graph if partition is not None else None
-    truth = structure_truth(cfg)
+    # label-sharing: built from the label sets the clients report (SFL.take_reports)
+    label_sets_key = "sfl.graph" if needs_prior and prior is None else None
     learner = None
     if learn:
         learner = GraphLearner(
@@ -307,4 +336,4 @@ def build_sfl(cfg: RunConfig, learn: bool, storage: ClientMatrixStorage | None =
         log.info("SFL: prior graph '%s': %d clients, %.1f neighbours per client (self included)",
                  s.graph, len(prior), float((prior > 0).sum(axis=1).mean()))
     return SFL(cfg.num_clients, cfg.fraction_train, s, prior=prior, learner=learner,
-               reference=reference, graph_source=s.graph, truth=truth, matrix_storage=storage)
+               graph_source=s.graph, matrix_storage=storage, label_sets_key=label_sets_key)
