@@ -10,6 +10,7 @@ reproducible from (seed, client id, round).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import torch
@@ -108,6 +109,12 @@ class SGD:
                 self.buffers[i] = buffer
 
 
+# The local training a cross-cutting layer puts in place of `train_epochs`' loop while it handles a
+# message (e.g. DP-SGD, client_app/privacy.py), called with `train_epochs`' arguments; None: the loop.
+LOCAL_TRAINER: ContextVar[Callable[..., float] | None] = ContextVar("bouquet_local_trainer",
+                                                                    default=None)
+
+
 def train_epochs(
     model: nn.Module,
     x: torch.Tensor,
@@ -124,7 +131,12 @@ def train_epochs(
     """Run `epochs` passes of SGD on the task loss (+ penalty); return the mean task loss.
 
     The task loss is cross-entropy or masked MAE (`task_loss`; `task` None = from the target dtype).
+    A layer's `LOCAL_TRAINER`, when one is set, trains instead.
     """
+    override = LOCAL_TRAINER.get()
+    if override is not None:
+        return override(model, x, y, epochs=epochs, batch_size=batch_size, lr=lr, momentum=momentum,
+                        generator=generator, penalty=penalty, task=task)
     task = task or task_of(y)
     model.train()
     optimizer = SGD(model.parameters(), lr=lr, momentum=momentum)

@@ -80,12 +80,15 @@ def build_strategy(cfg: RunConfig, storage: ClientMatrixStorage | None = None) -
     """The strategy of `cfg.method`, built by its package (a robust method's builder passes on the
     `aggregation` rule; `RunConfig` allows a robust rule only for those). `storage` allocates its
     per-client matrices; default: `client-matrix-mmap-bytes` of `cfg`, files (above that size) in the
-    system's temporary directory. The ServerApp passes one that puts the files in the run directory."""
+    system's temporary directory. The ServerApp passes one that puts the files in the run directory.
+    Under `dp = 'client'` the strategy comes wrapped (strategies/shared/private_aggregation.py)."""
     from strategies.shared.client_matrix import ClientMatrixStorage
+
+    from strategies.shared.private_aggregation import wrap
 
     if storage is None:
         storage = ClientMatrixStorage(cfg.client_matrix_mmap_bytes)
-    return METHODS[cfg.method].build(cfg, storage)
+    return wrap(cfg, METHODS[cfg.method].build(cfg, storage))  # client-level DP's aggregation
 
 
 def discover() -> list[Method]:

@@ -27,8 +27,8 @@ from pydantic import (
 
 from datasets.federated import DataSpec
 from datasets.partition import PARTITION_SCHEMES, PartitionSpec
-from datasets.sources import SOURCE_NAMES, dataset_task
-from models import MODEL_NAMES, SEQUENCE_MODELS
+from datasets.sources import SOURCE_NAMES, TEXT_SOURCES, dataset_task
+from models import MODEL_NAMES, SEQUENCE_MODELS, TEXT_MODELS
 from strategies.shared.client_matrix import DEFAULT_MMAP_BYTES
 from strategies.shared import registry
 from strategies.shared.settings import (
@@ -110,6 +110,16 @@ class RunConfig(Settings):
     # mix; `federation`, the consensus until the clients' own models are clearly better (pooled
     # since the start) than the models trained from it, then the mix for the rest of the run
     safeguard_start: Literal["federation", "consensus", "mix"] = "federation"
+    # differential privacy (docs/privacy.md): `sample`, DP-SGD in every client's local training
+    # (per-example clipping and Gaussian noise); `client`, each client's update clipped and Gaussian
+    # noise on each aggregate the server forms; `off`, none
+    dp: Literal["off", "sample", "client"] = "off"
+    dp_noise_multiplier: float = Field(1.0, gt=0.0)  # σ: the noise's std over the clipping norm
+    dp_max_grad_norm: float = Field(1.0, gt=0.0)  # dp='sample': each example's gradient clipped to this
+    dp_clip_norm: float = Field(1.0, gt=0.0)  # dp='client': each client's update clipped to this
+    dp_delta: float = Field(1e-5, gt=0.0, lt=1.0)  # the δ of the reported (ε, δ); below 1/n
+    # training stops where one more step would take ε above this (0: no target, ε only reported)
+    dp_target_epsilon: float = Field(0.0, ge=0.0)
     round_timeout: float = Field(600.0, gt=0.0)
     max_update_norm: float = Field(10000.0, ge=0.0)  # drop replies whose model moved further (0 = off)
     aggregation: Literal["mean", "median", "trimmed-mean"] = "mean"  # the global part's rule
@@ -309,6 +319,15 @@ class RunConfig(Settings):
         return self
 
     @model_validator(mode="after")
+    def _privacy_fits(self) -> RunConfig:
+        """Differential privacy's rules (strategies/shared/privacy.py `check`)."""
+        if self.dp != "off":
+            from strategies.shared.privacy import check
+
+            check(self)
+        return self
+
+    @model_validator(mode="after")
     def _class_names_fit(self) -> RunConfig:
         from datasets.sources import SOURCE_INFO
 
@@ -335,10 +354,17 @@ class RunConfig(Settings):
         if not traffic and self.partition == "sensors":
             raise ValueError(f"partition 'sensors' is for the traffic data sets; dataset '{self.dataset}' "
                              "takes iid, dirichlet, shards, label-clusters, domains or natural")
-        if traffic != (self.model in SEQUENCE_MODELS):
-            allowed = SEQUENCE_MODELS if traffic else tuple(m for m in MODEL_NAMES if m not in SEQUENCE_MODELS)
+        text = self.dataset in TEXT_SOURCES  # token windows (next character), not images
+        kind = "traffic" if traffic else "text" if text else "image"
+        if kind != ("traffic" if self.model in SEQUENCE_MODELS else "text" if self.model in TEXT_MODELS
+                    else "image"):
+            allowed = (SEQUENCE_MODELS if traffic else TEXT_MODELS if text else
+                       tuple(m for m in MODEL_NAMES if m not in SEQUENCE_MODELS + TEXT_MODELS))
             raise ValueError(f"model '{self.model}' does not fit dataset '{self.dataset}'; allowed models: "
                              f"{', '.join(allowed)}")
+        if text and self.partition == "domains":
+            raise ValueError(f"partition 'domains' transforms images; dataset '{self.dataset}' is text: "
+                             "use natural (one client per LEAF user), iid or dirichlet")
         return self
 
     @classmethod

@@ -1,0 +1,114 @@
+"""The server half of differential privacy (strategies/shared/privacy.py, docs/privacy.md), as one
+run callback.
+
+`dp = 'sample'`: every train request carries a `privacy` record with the DP-SGD settings and the
+ledger, the steps each client has taken in earlier rounds (a deployed ClientApp keeps nothing
+between messages, so the server keeps it for the clients); each train reply's `privacy` report adds
+its steps to the ledger. `dp = 'client'`: the strategy's wrapper (`ClientLevelDP`) noises each
+aggregate and counts them. Either way each round's record gets `privacy`: ε at δ (the largest and
+mean of the clients' under `sample`, the federation's under `client`), and under `sample` the
+clients whose target stopped their training (`stopped-clients`) and every client's ε
+(`epsilon-per-client`, clients that never trained 0); the summary gets the final values (and each
+client's `epsilon`). The ledger is this component's checkpointed state.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from flwr.app import ConfigRecord
+
+from server_app.callbacks import Replies, RunCallback
+from strategies.shared.private_aggregation import ClientLevelDP
+from strategies.shared.privacy import (PRIVACY, Entry, PrivacyInstructions, PrivacyReport, epsilon,
+                                       ledger_fields, merged)
+from strategies.shared.run_config import RunConfig
+
+log = logging.getLogger("flwr.bouquet")
+
+
+class Privacy(RunCallback):
+    """Instructions, ledger and reported ε of differential privacy (module doc)."""
+
+    state_name = "privacy"
+
+    def __init__(self, cfg: RunConfig) -> None:
+        self.cfg = cfg
+        self.ledger: dict[int, list[Entry]] = {}  # client -> merged (noise, rate, steps) history
+        self.stopped: set[int] = set()  # clients a target stopped (fewer steps than planned)
+
+    def client_epsilon(self, client: int) -> float:
+        return epsilon(self.ledger.get(client, []), self.cfg.dp_delta)
+
+    def instructions(self) -> PrivacyInstructions:
+        cfg = self.cfg
+        return PrivacyInstructions(noise_multiplier=cfg.dp_noise_multiplier,
+                                   max_grad_norm=cfg.dp_max_grad_norm, delta=cfg.dp_delta,
+                                   target_epsilon=cfg.dp_target_epsilon,
+                                   **ledger_fields(self.ledger))
+
+    def request_records(self, kind: str, server_round: int) -> Mapping[str, ConfigRecord]:
+        if self.cfg.dp != "sample" or kind != "train":
+            return {}
+        return {PRIVACY: self.instructions().config()}
+
+    def train_replies(self, server_round: int, replies: Replies) -> dict[str, Any]:
+        cfg = self.cfg
+        if cfg.dp == "client":
+            strategy = self.run.strategy
+            if not isinstance(strategy, ClientLevelDP):
+                return {}
+            return {"privacy": {"epsilon": strategy.epsilon(), "delta": cfg.dp_delta,
+                                "aggregates": strategy.releases}}
+        if cfg.dp != "sample":
+            return {}
+        stopped = []
+        for client, reply in replies:
+            if PRIVACY not in reply.content:
+                log.warning("round %d: client %d's train reply carries no privacy report; its "
+                            "steps are not in the ledger", server_round, client)
+                continue
+            report = PrivacyReport.read(reply.content[PRIVACY])
+            self.ledger[client] = merged([*self.ledger.get(client, []), *report.entries()])
+            if sum(report.steps) < report.planned_steps:
+                stopped.append(client)
+                if client not in self.stopped:
+                    log.info("round %d: client %d reached dp-target-epsilon = %g (ε = %.3f); it "
+                             "trains no more", server_round, client, cfg.dp_target_epsilon,
+                             self.client_epsilon(client))
+        self.stopped.update(stopped)
+        per_client = [self.client_epsilon(c) for c in range(cfg.num_clients)]
+        trained = [per_client[c] for c in self.ledger]
+        return {"privacy": {"epsilon-max": max(trained, default=0.0),
+                            "epsilon-mean": sum(trained) / max(len(trained), 1),
+                            "delta": cfg.dp_delta, "stopped-clients": len(self.stopped),
+                            "epsilon-per-client": per_client}}
+
+    def run_finished(self, summary: dict[str, Any]) -> None:
+        cfg = self.cfg
+        if cfg.dp == "off":
+            return
+        fields: dict[str, Any] = {"mode": cfg.dp, "delta": cfg.dp_delta,
+                                  "noise-multiplier": cfg.dp_noise_multiplier,
+                                  "target-epsilon": cfg.dp_target_epsilon or None}
+        if cfg.dp == "client":
+            strategy = self.run.strategy
+            if isinstance(strategy, ClientLevelDP):
+                fields.update(epsilon=strategy.epsilon(), aggregates=strategy.releases,
+                              stopped_round=strategy.stopped_at)
+                fields["stopped-round"] = fields.pop("stopped_round")
+        else:
+            per_client = {c: self.client_epsilon(c) for c in range(cfg.num_clients)}
+            fields.update({"epsilon-max": max(per_client.values(), default=0.0),
+                           "stopped-clients": sorted(self.stopped)})
+            for client in summary.get("clients", []):
+                client["epsilon"] = per_client.get(client["client-id"], 0.0)
+        summary["privacy"] = fields
+
+    def state(self) -> dict[str, Any]:
+        return {"ledger": self.ledger, "stopped": self.stopped}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.ledger, self.stopped = state["ledger"], state["stopped"]

@@ -1,0 +1,203 @@
+"""Differential privacy, the part both halves share (docs/privacy.md).
+
+Two modes, chosen by the run config's `dp`:
+
+- `sample` (record-level DP-SGD): every client clips each example's gradient to `dp-max-grad-norm`
+  and adds Gaussian noise of std `dp-noise-multiplier` × that norm to each step's sum, with Poisson
+  sampling of its train split (Opacus, `client_app/privacy.py`). Train requests carry a `privacy`
+  record (`PrivacyInstructions`): the settings and the *ledger*, the DP-SGD steps every client has
+  taken so far, since a deployed ClientApp is a fresh process per message and keeps nothing; the
+  server keeps the ledger (`server_app/privacy.py`) from what each train reply reports in its own
+  `privacy` record (`PrivacyReport`). A client with `dp-target-epsilon` set takes only the steps
+  that keep its ε within it.
+- `client` (user-level DP-FedAvg): the server clips each client's update to `dp-clip-norm`, averages
+  the sampled clients' clipped updates with equal weights and adds Gaussian noise of std
+  `dp-noise-multiplier` × `dp-clip-norm` / (clients sampled) to the aggregate
+  (`strategies.shared.private_aggregation.ClientLevelDP`, a wrapper of the method's strategy); once the next aggregate would exceed `dp-target-epsilon`, no
+  client trains any more.
+
+Both use Opacus' RDP accountant: ε at `dp-delta` of a history of (noise multiplier, sampling rate,
+steps). Which methods support which mode is `SAMPLE_METHODS` / `CLIENT_METHODS`; `check` rejects the
+rest, and bad values, before any client is contacted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field, model_validator
+
+from strategies.shared.settings import Record
+
+if TYPE_CHECKING:
+    from strategies.shared.run_config import RunConfig
+
+PRIVACY = "privacy"  # the record of a train request (PrivacyInstructions) and of its reply (PrivacyReport)
+MODES = ("off", "sample", "client")
+
+# Methods whose clients upload only what the generic local loop (`client_app.training.train_epochs`)
+# trained, with data-independent penalties, so DP-SGD there covers every upload. Not (yet): FLT and
+# FedSKA (they also upload embeddings / descriptors computed from raw data), FedCG (its branches'
+# domain statistics and teacher labels), IFCA (the cluster a client picks by its loss on its data).
+SAMPLE_METHODS = ("fedavg", "fedprox", "fedatt", "local", "fedper", "lg-fedavg", "fedsem", "ditto",
+                  "scaffold", "sfl", "sfl-star", "fedu")
+# Methods whose server forms one average of every sampled client's model (Flower's FedAvg): the
+# aggregate that client-level DP clips and noises.
+CLIENT_METHODS = ("fedavg", "fedprox")
+
+# One accounting entry: (noise multiplier, sampling rate, steps).
+Entry = tuple[float, float, int]
+
+
+def epsilon(history: Iterable[Entry], delta: float) -> float:
+    """ε at `delta` of a history of Gaussian-mechanism steps, by Opacus' RDP accountant (0 for none)."""
+    from opacus.accountants import RDPAccountant
+
+    accountant = RDPAccountant()
+    accountant.history = [(float(s), float(q), int(k)) for s, q, k in history if k > 0]
+    if not accountant.history:
+        return 0.0
+    return float(accountant.get_epsilon(delta=delta))
+
+
+def merged(history: Iterable[Entry]) -> list[Entry]:
+    """The same history with the steps of equal (noise, rate) summed (RDP of equal steps adds up)."""
+    steps: dict[tuple[float, float], int] = {}
+    for noise, rate, count in history:
+        steps[(noise, rate)] = steps.get((noise, rate), 0) + int(count)
+    return [(noise, rate, count) for (noise, rate), count in steps.items()]
+
+
+def steps_within(history: Sequence[Entry], noise: float, rate: float, steps: int, delta: float,
+                 target: float) -> int:
+    """The most of `steps` more DP steps at (`noise`, `rate`) after `history` that keep ε ≤ `target`
+    (all of them with `target` 0, no target)."""
+    if target <= 0 or epsilon([*history, (noise, rate, steps)], delta) <= target:
+        return steps
+    low, high = 0, steps  # ε(low) ≤ target < ε(high)
+    if epsilon([*history, (noise, rate, 1)], delta) > target:
+        return 0
+    low = 1
+    while high - low > 1:
+        middle = (low + high) // 2
+        if epsilon([*history, (noise, rate, middle)], delta) <= target:
+            low = middle
+        else:
+            high = middle
+    return low
+
+
+class PrivacyInstructions(Record):
+    """`privacy` of a train request under `dp = 'sample'`: the DP-SGD settings and the ledger, the
+    steps each client took in earlier rounds as parallel lists (one row per client and distinct
+    noise multiplier and sampling rate)."""
+
+    noise_multiplier: float = Field(gt=0.0)
+    max_grad_norm: float = Field(gt=0.0)
+    delta: float = Field(gt=0.0, lt=1.0)
+    target_epsilon: float = Field(0.0, ge=0.0)  # 0: no target
+    ledger_clients: list[int] = Field(default_factory=list)
+    ledger_noise: list[float] = Field(default_factory=list)
+    ledger_rates: list[float] = Field(default_factory=list)
+    ledger_steps: list[int] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _parallel(self) -> PrivacyInstructions:
+        sizes = {len(self.ledger_clients), len(self.ledger_noise), len(self.ledger_rates),
+                 len(self.ledger_steps)}
+        if len(sizes) != 1:
+            raise ValueError("the ledger's clients, noise, rates and steps must be parallel lists")
+        return self
+
+    def history(self, client: int) -> list[Entry]:
+        """The ledger's entries of `client`."""
+        return [(s, q, k) for c, s, q, k in zip(self.ledger_clients, self.ledger_noise,
+                                                 self.ledger_rates, self.ledger_steps) if c == client]
+
+
+def ledger_fields(ledger: dict[int, list[Entry]]) -> dict[str, list[Any]]:
+    """`PrivacyInstructions`' ledger lists from client → history."""
+    rows = [(client, *entry) for client in sorted(ledger) for entry in merged(ledger[client])]
+    return {"ledger_clients": [r[0] for r in rows], "ledger_noise": [r[1] for r in rows],
+            "ledger_rates": [r[2] for r in rows], "ledger_steps": [r[3] for r in rows]}
+
+
+class PrivacyReport(Record):
+    """`privacy` of a train reply under `dp = 'sample'`: the DP-SGD steps this message took (one
+    entry per local training run, e.g. Ditto's two), the steps it planned, and the client's ε at
+    δ after them (its ledger included)."""
+
+    noise: list[float] = Field(default_factory=list)
+    rates: list[float] = Field(default_factory=list)
+    steps: list[int] = Field(default_factory=list)
+    planned_steps: int = Field(0, ge=0)
+    epsilon: float = Field(ge=0.0)
+
+    def entries(self) -> list[Entry]:
+        if not len(self.noise) == len(self.rates) == len(self.steps):
+            raise ValueError("a privacy report's noise, rates and steps must be parallel lists")
+        return list(zip(self.noise, self.rates, self.steps))
+
+
+# --- run-config checks ---------------------------------------------------------------------------
+def check(cfg: RunConfig) -> None:
+    """Raise ValueError (one line naming the key and what is allowed) for DP settings that cannot
+    hold: a method without the mode, the safeguard's choices on raw data beside DP-SGD, δ not below
+    1/n, a model with BatchNorm under DP-SGD."""
+    if cfg.dp == "off":
+        return
+    methods = SAMPLE_METHODS if cfg.dp == "sample" else CLIENT_METHODS
+    if cfg.method not in methods:
+        raise ValueError(f"dp = '{cfg.dp}' is supported by methods {', '.join(methods)}; method "
+                         f"'{cfg.method}' is not one of them (see docs/privacy.md): set dp='off' or "
+                         "choose one of those methods")
+    if cfg.dp == "sample":
+        from strategies.shared.registry import METHODS
+
+        if METHODS[cfg.method].safeguard and cfg.safeguard != "off":
+            raise ValueError(f"dp = 'sample' with safeguard = '{cfg.safeguard}': method "
+                             f"'{cfg.method}''s safeguard chooses its mix on raw held-out data, "
+                             "outside DP-SGD; set safeguard='off'")
+        cap = cfg.max_samples_per_client
+        if cap > 0 and cfg.dp_delta * cap >= 1.0:
+            raise ValueError(f"dp-delta = {cfg.dp_delta:g} must be below 1/n, n a client's train "
+                             f"samples (up to max-samples-per-client = {cap}): below {1.0 / cap:.3g}")
+        layer = batch_norm_layer(cfg.model, cfg.dataset)
+        if layer is not None:
+            raise ValueError(batch_norm_message(cfg.model, *layer))
+    else:
+        if cfg.dp_delta * cfg.num_clients >= 1.0:
+            raise ValueError(f"dp-delta = {cfg.dp_delta:g} must be below 1/num-clients = "
+                             f"{1.0 / cfg.num_clients:.3g} under dp = 'client' (n is the number of "
+                             "clients)")
+        if cfg.aggregation != "mean":
+            raise ValueError(f"dp = 'client' averages clipped updates with equal weights; "
+                             f"aggregation = '{cfg.aggregation}' is not allowed with it: set "
+                             "aggregation='mean'")
+
+
+def batch_norm_message(model: str, layer: str, kind: str) -> str:
+    return (f"dp = 'sample': model '{model}' has a {kind} layer '{layer}', which mixes the examples "
+            "of a batch, so DP-SGD has no per-example gradient for it; use a model without "
+            "BatchNorm (e.g. one with GroupNorm) or convert it with Opacus' ModuleValidator.fix")
+
+
+def batch_norm_layer(model: str, dataset: str) -> tuple[str, str] | None:
+    """(name, class) of the first BatchNorm layer of `model` built for `dataset` (built on the
+    `meta` device: no memory, no time), None if it has none."""
+    import torch
+    from torch.nn.modules.batchnorm import _BatchNorm
+
+    from datasets.sources import SOURCE_INFO
+    from models import build_model
+
+    if dataset not in SOURCE_INFO:
+        return None
+    shape, classes = SOURCE_INFO[dataset]
+    with torch.device("meta"):
+        built = build_model(model, shape, classes)
+    for name, module in built.named_modules():
+        if isinstance(module, _BatchNorm):
+            return name, type(module).__name__
+    return None
