@@ -16,6 +16,7 @@ from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
 from client_app import evaluation, identify, watchdog
+from client_app.privacy import private_training
 from client_app.seeding import seeded_draws
 from client_app.methods import fedavg
 from strategies.shared.fusion import fuse_reply, is_fused, split_request
@@ -23,7 +24,9 @@ from strategies.shared.registry import METHODS, ClientHandler, Method
 
 Handler = Callable[[Message, Context], Message]
 
-app = ClientApp(mods=[seeded_draws])  # global draws seeded per message (client_app/seeding.py)
+# global draws seeded per message (client_app/seeding.py); DP-SGD where a train request asks for it
+# (client_app/privacy.py)
+app = ClientApp(mods=[seeded_draws, private_training])
 watchdog.start()  # a deployed ClientApp process exits once its SuperNode/executor is gone
 
 
