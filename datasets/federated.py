@@ -67,7 +67,8 @@ def load_partition(spec: DataSpec) -> tuple[DataSource | traffic.TrafficSource, 
     if traffic.is_traffic(spec.dataset):
         return _traffic_partition(spec)
     source = load_source(spec.dataset, spec.data_root, num_samples=spec.num_samples)
-    return source, make_partition(source.labels, spec.partition, groups=source.groups)
+    return source, make_partition(source.labels, spec.partition, groups=source.groups,
+                                  train_count=source.train_count)
 
 
 def _traffic_source(spec: DataSpec) -> traffic.TrafficSource:

@@ -16,6 +16,7 @@ from datasets.domains import DOMAIN_FAMILIES, check_domain_names
 PARTITION_SCHEMES: tuple[str, ...] = (
     "iid", "dirichlet", "shards", "label-clusters", "domains", "natural",
     "sensors",  # traffic only: one client per sensor (datasets/federated.py, datasets/traffic.py)
+    "structured",  # FLT's structured non-IID: label clusters, power-law sizes, official test split
 )
 _DIRICHLET_ATTEMPTS = 100
 
@@ -86,10 +87,12 @@ class Partition:
         return np.unique(labels[self.train_indices[client_id]])
 
 
-def make_partition(labels: np.ndarray, spec: PartitionSpec, groups: np.ndarray | None = None) -> Partition:
+def make_partition(labels: np.ndarray, spec: PartitionSpec, groups: np.ndarray | None = None,
+                   train_count: int = 0) -> Partition:
     """Split sample indices ``0..len(labels)-1`` among ``spec.num_clients`` clients, each into train/test.
 
-    ``groups`` (one natural group id per sample, e.g. a FEMNIST writer) is needed by "natural" only.
+    ``groups`` (one natural group id per sample, e.g. a FEMNIST writer) is needed by "natural" only;
+    ``train_count`` (samples ``0..train_count-1`` are the official train split) by "structured" only.
     """
     labels = np.asarray(labels)
     if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
@@ -97,6 +100,8 @@ def make_partition(labels: np.ndarray, spec: PartitionSpec, groups: np.ndarray |
     if labels.size and labels.min() < 0:
         raise ValueError(f"labels must be >= 0, got minimum {labels.min()}")
     _validate(spec, len(labels))
+    if spec.scheme == "structured":
+        return _structured(labels, spec, train_count)
     pool_rng, cap_rng, split_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(spec.seed).spawn(3))
     pools, cluster_ids, rotations = _assign_pools(labels, spec, groups, pool_rng)
     if spec.max_samples_per_client > 0:
@@ -335,7 +340,7 @@ def _power_law_sizes(total: int, k: int) -> np.ndarray:
 def _natural(groups: np.ndarray | None, num_samples: int, k: int, rng: np.random.Generator) -> list[np.ndarray]:
     """One client per natural group (writer); with more groups than clients, a seeded choice of K."""
     if groups is None:
-        raise ValueError("scheme 'natural' needs per-sample groups (only the 'femnist' source provides them)")
+        raise ValueError("scheme 'natural' needs per-sample groups (the LEAF sources femnist, shakespeare and celeba provide them)")
     groups = np.asarray(groups)
     _require(groups.shape == (num_samples,), "groups", f"array of shape {groups.shape}",
              f"must hold one group id per sample ({num_samples})")
@@ -361,3 +366,73 @@ def _split_train_test(pool: np.ndarray, fraction: float, rng: np.random.Generato
     if fraction > 0 and len(shuffled) >= 2:
         num_test = min(max(num_test, 1), len(shuffled) - 1)
     return np.sort(shuffled[num_test:]), np.sort(shuffled[:num_test])
+
+
+# --- FLT's structured non-IID ---------------------------------------------------------------
+
+
+def structured_sizes(total: int, clients: int) -> np.ndarray:
+    """FLT's power-law client sizes within a cluster: n_j = ⌊F + exp(x·j²)⌋ for j = 1..M, F = ⌊K/(2M)⌋,
+    x solved (bisection) so that Σ_j (F + exp(x·j²)) = K; the rounding remainder goes to client 1."""
+    _require(total >= 2 * clients, "num_clients", clients,
+             f"a cluster of {total} train samples takes at most {total // 2} clients (>= 2 samples each)")
+    j2 = np.arange(1, clients + 1, dtype=np.float64) ** 2
+    floor = float(total // (2 * clients))
+
+    def excess(x: float) -> float:
+        return float(np.sum(floor + np.exp(x * j2))) - total
+
+    low, high = -1.0, np.log(float(total)) / j2[-1] + 1e-12  # excess(low) < 0 <= excess(high)
+    for _ in range(200):
+        middle = 0.5 * (low + high)
+        low, high = (middle, high) if excess(middle) < 0 else (low, middle)
+    sizes = np.floor(floor + np.exp(high * j2)).astype(np.int64)
+    sizes[0] += total - int(sizes.sum())
+    if sizes[0] < 0:  # the solved sum overshot by rounding: take the surplus from the largest
+        sizes[-1] += sizes[0]
+        sizes[0] = 0
+    return sizes
+
+
+def _structured(labels: np.ndarray, spec: PartitionSpec, train_count: int) -> Partition:
+    """FLT's "Structured Non-IID" (EMNIST balanced): C = num_clusters clusters of L = labels_per_cluster
+    classes in order (0..L−1, L..2L−1, ...; the last cluster takes the classes left, e.g. 2 of 47 with
+    C=10, L=5); clients form C contiguous blocks; a cluster's official-train samples, sorted by class,
+    are cut in order into power-law sizes (`structured_sizes`); every client of a cluster tests on all
+    official-test samples of its cluster's classes. With max_samples_per_client > 0 each client's
+    train and test sets are capped by a seeded subsample."""
+    k, c, per = spec.num_clients, spec.num_clusters, spec.labels_per_cluster
+    _require(0 < train_count < len(labels), "scheme", "structured",
+             "needs a data set with an official train/test split (emnist: train then test); this one "
+             f"gives none (train_count={train_count} of {len(labels)} samples)")
+    num_classes = int(labels.max()) + 1
+    _require((c - 1) * per < num_classes, "num_clusters", c,
+             f"(num_clusters - 1) * labels_per_cluster = {(c - 1) * per} leaves the last cluster no "
+             f"class of the {num_classes}")
+    _require(c <= k, "num_clusters", c, f"needs at least one client per cluster (num_clients={k})")
+    cap_rng = np.random.default_rng(np.random.SeedSequence(spec.seed).spawn(3)[1])
+    is_train = np.arange(len(labels)) < train_count
+    cluster_ids = np.empty(k, dtype=np.int64)
+    train: list[np.ndarray] = [np.empty(0, dtype=np.int64)] * k
+    test: list[np.ndarray] = [np.empty(0, dtype=np.int64)] * k
+    for cluster, members in enumerate(np.array_split(np.arange(k), c)):
+        cluster_ids[members] = cluster
+        classes = np.arange(cluster * per, min((cluster + 1) * per, num_classes))
+        mine = np.isin(labels, classes)
+        pool = np.flatnonzero(mine & is_train)
+        pool = pool[np.argsort(labels[pool], kind="stable")]  # classes in order
+        held = np.flatnonzero(mine & ~is_train)
+        sizes = structured_sizes(len(pool), len(members))
+        for client, chunk in zip(members, np.split(pool, np.cumsum(sizes)[:-1])):
+            train[client], test[client] = chunk, held
+    if spec.max_samples_per_client > 0:
+        train = [_cap(pool, spec.max_samples_per_client, cap_rng) for pool in train]
+        test = [_cap(pool, spec.max_samples_per_client, cap_rng) for pool in test]
+    train_t = tuple(np.sort(np.asarray(t, dtype=np.int64)) for t in train)
+    return Partition(
+        train_indices=train_t,
+        test_indices=tuple(np.sort(np.asarray(t, dtype=np.int64)) for t in test),
+        cluster_ids=cluster_ids,
+        label_graph=label_graph(labels, train_t),
+        rotations=None,
+    )

@@ -31,10 +31,13 @@ class DataSource:
     """A whole pooled data set held in memory (arrays are read-only: the object is shared via a cache)."""
 
     name: str
-    images: np.ndarray  # float32 [N, C, H, W], values in [0, 1]
+    # float32 [N, C, H, W], values in [0, 1]; text (shakespeare): int64 character indices [N, steps];
+    # celeba: `ImageFiles`, read from disk when indexed (the whole set does not fit in memory)
+    images: np.ndarray
     labels: np.ndarray  # int64 [N]
     num_classes: int
-    groups: np.ndarray | None = None  # natural group (LEAF writer index) per sample, else None
+    groups: np.ndarray | None = None  # natural group (LEAF user index) per sample, else None
+    train_count: int = 0  # > 0: samples 0..train_count-1 are the official train split, the rest test
 
     def __len__(self) -> int:
         return int(self.labels.shape[0])
@@ -49,6 +52,8 @@ SOURCE_INFO: dict[str, tuple[tuple[int, ...], int]] = {
     "femnist": ((1, 28, 28), 62),
     "synthetic": ((1, 28, 28), 10),
     "digits": ((1, 28, 28), 10),
+    "shakespeare": ((80,), 80),  # LEAF: 80-character windows → the next character (80-letter vocabulary)
+    "celeba": ((3, 84, 84), 2),  # LEAF: smiling or not, images resized to 84×84
     "metr-la": ((12, 2), 12),
     "pems-bay": ((12, 2), 12),
     "traffic-synthetic": ((12, 2), 12),
@@ -60,6 +65,9 @@ TASKS: dict[str, str] = {
     for name in SOURCE_INFO
 }
 IMAGE_SOURCES: tuple[str, ...] = tuple(name for name in SOURCE_NAMES if TASKS[name] == "classification")
+# Classification data sets whose samples are token windows (int64 [N, steps]), not images: the
+# next-character task (one prediction per window, so accuracy is over predicted characters)
+TEXT_SOURCES: tuple[str, ...] = ("shakespeare",)
 
 
 def dataset_task(name: str) -> str:
@@ -111,26 +119,29 @@ def _load_cached(name: str, root: str | None, seed: int, num_samples: int) -> Da
         return _make_source(name, *_digits())
     if name == "mnist":
         return _make_source(name, *_mnist(root))
-    rooted_loaders = {"emnist": _emnist, "cifar10": _cifar10, "femnist": _femnist}
+    rooted_loaders = {"emnist": _emnist, "cifar10": _cifar10, "femnist": _femnist,
+                      "shakespeare": _shakespeare, "celeba": _celeba}
     return _make_source(name, *rooted_loaders[name](_require_root(name, root)))
 
 
 def _make_source(
-    name: str, images: np.ndarray, labels: np.ndarray, groups: np.ndarray | None = None
+    name: str, images: np.ndarray, labels: np.ndarray, groups: np.ndarray | None = None,
+    train_count: int = 0,
 ) -> DataSource:
     """Check shapes against SOURCE_INFO, fix dtypes and freeze the arrays."""
     shape, num_classes = SOURCE_INFO[name]
-    images = np.ascontiguousarray(images, dtype=np.float32)
+    if not isinstance(images, ImageFiles):
+        images = np.ascontiguousarray(images, dtype=np.int64 if name in TEXT_SOURCES else np.float32)
     labels = np.ascontiguousarray(labels, dtype=np.int64)
     if images.shape[1:] != shape or images.shape[0] != labels.shape[0]:
         raise ValueError(f"{name}: got images {images.shape} / labels {labels.shape}, expected [N, {shape}]")
-    arrays = [images, labels]
+    arrays = [labels] if isinstance(images, ImageFiles) else [images, labels]
     if groups is not None:
         groups = np.ascontiguousarray(groups, dtype=np.int64)
         arrays.append(groups)
     for array in arrays:
         array.setflags(write=False)
-    return DataSource(name, images, labels, num_classes, groups)
+    return DataSource(name, images, labels, num_classes, groups, int(train_count))
 
 
 _ROOT_LAYOUTS = {
@@ -139,6 +150,9 @@ _ROOT_LAYOUTS = {
     "cifar10": "<root>/cifar-10-batches-py/{data_batch_1..5,test_batch} "
     "(torchvision.datasets.CIFAR10(root, download=True) on a machine with network)",
     "femnist": "<root>/femnist/data/{train,test}/*.json (LEAF's data/femnist/preprocess.sh)",
+    "shakespeare": "<root>/shakespeare/data/{train,test}/*.json (LEAF's data/shakespeare/preprocess.sh)",
+    "celeba": "<root>/celeba/data/{train,test}/*.json and <root>/celeba/data/raw/img_align_celeba/*.jpg "
+    "(LEAF's data/celeba/preprocess.sh)",
 }
 
 
@@ -253,7 +267,8 @@ def _emnist(root: Path) -> tuple[np.ndarray, np.ndarray]:
             f"`torchvision.datasets.EMNIST({str(root)!r}, split='balanced', download=True)` and copy them over."
         )
     images, labels = _pool_idx(paths)
-    return np.ascontiguousarray(images.transpose(0, 1, 3, 2)), labels
+    train_count = len(read_idx(paths[1]))  # the official train split comes first (structured partition)
+    return np.ascontiguousarray(images.transpose(0, 1, 3, 2)), labels, None, train_count
 
 
 # --- CIFAR-10 -------------------------------------------------------------------------------
@@ -340,3 +355,127 @@ def _digits() -> tuple[np.ndarray, np.ndarray]:
     small = torch.from_numpy(table[:, :-1].reshape(-1, 1, 8, 8).astype(np.float32) / 16.0)
     images = F.interpolate(small, size=(28, 28), mode="bilinear", align_corners=False).clamp(0.0, 1.0)
     return images.numpy(), table[:, -1].astype(np.int64)
+
+
+# --- Shakespeare and CelebA (LEAF) ----------------------------------------------------------
+
+# LEAF's Shakespeare vocabulary (models/shakespeare/..., `ALL_LETTERS`): a character's index is its class
+SHAKESPEARE_LETTERS = (
+    "\n !\"&'(),-.0123456789:;>?ABCDEFGHIJKLMNOPQRSTUVWXYZ[]abcdefghijklmnopqrstuvwxyz}"
+)
+SHAKESPEARE_WINDOW = 80
+_LETTER_CODES = np.full(128, -1, dtype=np.int64)
+_LETTER_CODES[np.frombuffer(SHAKESPEARE_LETTERS.encode("ascii"), dtype=np.uint8)] = np.arange(
+    len(SHAKESPEARE_LETTERS))
+
+
+def _leaf_records(name: str, root: Path, extra: str = "") -> list[tuple[str, dict, Path]]:
+    """(user, user_data record, file) of LEAF data set `name` under `<root>/<name>/data`: train files,
+    then test files (read with datasets.local's LEAF parser); DataNotFoundError naming the layout."""
+    from datasets.local import _leaf_files, _read_json
+
+    data_dir = root / name / "data"
+    train, test = _leaf_files(data_dir) if (data_dir / "train").is_dir() else ([], [])
+    if not train:
+        raise DataNotFoundError(
+            f"{name} LEAF files not found: expected {data_dir}/train/*.json (and {data_dir}/test/*.json; "
+            f"keys users, num_samples, user_data){extra}. Produce them with LEAF's data/{name}/preprocess.sh "
+            "(https://github.com/TalwalkarLab/leaf), e.g. `./preprocess.sh -s niid --sf 1.0 -k 0 -t sample`."
+        )
+    records = []
+    for path in train + test:
+        shard = _read_json(path)
+        for user in shard["users"]:
+            record = shard["user_data"].get(user)
+            if not isinstance(record, dict) or "x" not in record or "y" not in record:
+                raise ValueError(f"{path}: user {user!r} has no user_data with x and y; allowed: LEAF JSON "
+                                 "(users, num_samples, user_data {user: {x, y}})")
+            if len(record["x"]) != len(record["y"]):
+                raise ValueError(f"{path}: user {user!r} has {len(record['x'])} x but {len(record['y'])} y; "
+                                 "they must match")
+            records.append((str(user), record, path))
+    return records
+
+
+def encode_characters(text: str) -> np.ndarray:
+    """int64 indices of `text`'s characters in LEAF's 80-letter vocabulary; a character outside it
+    becomes a space (LEAF's `letter_to_index` would give −1, which no embedding can take)."""
+    unknown = set(text) - set(SHAKESPEARE_LETTERS)
+    if unknown:
+        text = text.translate({ord(c): " " for c in unknown})
+    return _LETTER_CODES[np.frombuffer(text.encode("ascii"), dtype=np.uint8)]
+
+
+def _shakespeare(root: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """LEAF Shakespeare: each sample is an 80-character window (x, a string) and the character that
+    follows it (y); one group per LEAF user (a speaking role), one index across train and test."""
+    user_index: dict[str, int] = {}
+    windows, targets, groups = [], [], []
+    for user, record, path in _leaf_records("shakespeare", root):
+        xs, ys = record["x"], record["y"]
+        bad = next((i for i, x in enumerate(xs) if not isinstance(x, str) or len(x) != SHAKESPEARE_WINDOW), None)
+        if bad is not None:
+            raise ValueError(f"{path}: user {user!r} sample {bad}: x must be a string of "
+                             f"{SHAKESPEARE_WINDOW} characters, got {str(xs[bad])[:20]!r}...")
+        bad = next((i for i, y in enumerate(ys) if not isinstance(y, str) or len(y) != 1), None)
+        if bad is not None:
+            raise ValueError(f"{path}: user {user!r} sample {bad}: y must be one character, got {ys[bad]!r}")
+        group = user_index.setdefault(user, len(user_index))
+        windows.append(encode_characters("".join(xs)).reshape(len(xs), SHAKESPEARE_WINDOW))
+        targets.append(encode_characters("".join(ys)))
+        groups.append(np.full(len(ys), group, dtype=np.int64))
+    return np.concatenate(windows), np.concatenate(targets), np.concatenate(groups)
+
+
+class ImageFiles:
+    """Images on disk that are read when indexed: `files[indices]` → float32 [n, C, H, W] in [0, 1]
+    (PIL, converted to the channels and resized to H×W as datasets.local reads image folders)."""
+
+    def __init__(self, paths: list[Path], shape: tuple[int, int, int]) -> None:
+        self.paths = tuple(paths)
+        self.shape = (len(self.paths), *shape)
+        self.dtype = np.dtype(np.float32)
+        self.ndim = 4
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index) -> np.ndarray:
+        from datasets.local import Expected, _read_image
+
+        chosen = np.arange(len(self.paths))[index]
+        expected = Expected("celeba", self.shape[1:], 2, ("0", "1"), "classification", 0.2, 0)
+        if np.ndim(chosen) == 0:
+            return _read_image(self.paths[int(chosen)], expected)
+        out = np.empty((len(chosen), *self.shape[1:]), dtype=np.float32)
+        for row, i in enumerate(chosen):
+            out[row] = _read_image(self.paths[int(i)], expected)
+        return out
+
+
+def _celeba(root: Path) -> tuple[ImageFiles, np.ndarray, np.ndarray]:
+    """LEAF CelebA: x = image file names in `<root>/celeba/data/raw/img_align_celeba`, y = smiling (1) or
+    not (0); one group per LEAF user (a celebrity). Images are read when a client's samples are taken."""
+    folder = root / "celeba" / "data" / "raw" / "img_align_celeba"
+    records = _leaf_records("celeba", root, extra=f" and the images in {folder}")
+    if not folder.is_dir():
+        raise DataNotFoundError(
+            f"CelebA images not found: expected the folder {folder} holding LEAF's img_align_celeba "
+            "images (LEAF's data/celeba/preprocess.sh downloads them into data/raw/)")
+    user_index: dict[str, int] = {}
+    paths: list[Path] = []
+    labels, groups = [], []
+    for user, record, path in records:
+        group = user_index.setdefault(user, len(user_index))
+        paths += [folder / str(name) for name in record["x"]]
+        y = np.asarray(record["y"])
+        if y.ndim != 1 or not np.isin(y, (0, 1)).all():
+            raise ValueError(f"{path}: user {user!r}: y must hold 0 (not smiling) or 1 (smiling), got "
+                             f"{sorted(set(np.asarray(record['y']).ravel().tolist()))[:5]}")
+        labels.append(y.astype(np.int64))
+        groups.append(np.full(len(y), group, dtype=np.int64))
+    missing = [p.name for p in paths if not p.is_file()]
+    if missing:
+        raise DataNotFoundError(f"CelebA: {len(missing)} image(s) named in the LEAF JSON are missing in "
+                                f"{folder}, e.g. {', '.join(missing[:3])}")
+    return ImageFiles(paths, SOURCE_INFO["celeba"][0]), np.concatenate(labels), np.concatenate(groups)

@@ -6,6 +6,7 @@ use_portable_kernels()  # before any tensor is computed: the same CPU kernels on
 
 from models.autoencoder import ConvAutoencoder, build_autoencoder
 from models.backbones import (
+    IMAGE_MODELS,
     MODEL_BUILDERS,
     MODEL_NAMES,
     SEQUENCE_MODELS,
@@ -14,13 +15,16 @@ from models.backbones import (
     ModelBuilder,
     build_model,
 )
+from models.paper_models import TEXT_MODELS
 
 __all__ = [
     "ConvAutoencoder",
     "build_autoencoder",
+    "IMAGE_MODELS",
     "MODEL_BUILDERS",
     "MODEL_NAMES",
     "SEQUENCE_MODELS",
+    "TEXT_MODELS",
     "Backbone",
     "InputShape",
     "ModelBuilder",

@@ -68,6 +68,46 @@ class ConvAutoencoder(nn.Module):
         return self.decoder(self.encoder(x))
 
 
+def load_autoencoder_checkpoint(path: str, input_shape: InputShape, latent_dim: int) -> dict[str, torch.Tensor]:
+    """The state_dict in `path` (torch.save of a `ConvAutoencoder`'s `state_dict()`, or of a dict holding
+    it under `state_dict`), checked against the autoencoder this run builds: every `encoder.*` key with
+    its shape; `decoder.*` keys optional (absent: the decoder keeps its initialisation). ValueError
+    naming the file, the key and the shapes otherwise."""
+    from pathlib import Path
+
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise ValueError(f"{str(file)!r} is not a file on the server; allowed: a torch.save'd state_dict "
+                         "of FLT's autoencoder (keys encoder.*, decoder.*)")
+    try:
+        state = torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - any unreadable file is the same problem
+        raise ValueError(f"{str(file)!r} could not be read by torch.load ({type(err).__name__}: "
+                         f"{str(err).splitlines()[0] if str(err) else ''})") from None
+    if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
+        state = state["state_dict"]
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ValueError(f"{str(file)!r} holds no state_dict (a mapping of names to tensors)")
+    with torch.device("meta"):  # shapes only: no memory, no initialisation
+        expected = ConvAutoencoder(input_shape, latent_dim)
+    shapes = {key: tuple(value.shape) for key, value in expected.state_dict().items()}
+    unknown = sorted(set(state) - set(shapes))
+    if unknown:
+        raise ValueError(f"{str(file)!r}: keys {unknown[:4]} are not FLT autoencoder keys; allowed: "
+                         f"{', '.join(shapes)}")
+    missing = sorted(key for key in shapes if key.startswith("encoder.") and key not in state)
+    if missing:
+        raise ValueError(f"{str(file)!r}: encoder keys {missing} are missing; the checkpoint must hold "
+                         "the whole encoder (encoder.*), and may hold the decoder (decoder.*)")
+    for key, value in state.items():
+        if tuple(value.shape) != shapes[key]:
+            raise ValueError(
+                f"{str(file)!r}: {key} has shape {list(value.shape)} but this run's autoencoder needs "
+                f"{list(shapes[key])} (input shape {list(input_shape)}, flt.latent-dim={latent_dim}); "
+                "give a checkpoint of an autoencoder of the same channels and latent size")
+    return {key: value.float() for key, value in state.items()}
+
+
 def build_autoencoder(input_shape: InputShape, latent_dim: int) -> ConvAutoencoder:
     """The spec's autoencoder for images of `input_shape` with an e = `latent_dim` code.
     Callers seed `torch.manual_seed` first (initialisation is the only random step)."""

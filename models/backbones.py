@@ -16,6 +16,7 @@ from torch import nn
 
 from models.backbone import Backbone
 from models.forecasters import FORECASTER_BUILDERS
+from models.paper_models import TEXT_MODELS, build_celeba_cnn, build_char_lstm, build_mobilenet_v2
 
 InputShape = tuple[int, int, int]
 """Image shape ``(channels, height, width)`` of one sample."""
@@ -156,12 +157,18 @@ MODEL_BUILDERS: dict[str, ModelBuilder] = {
     "cnn": build_cnn,
     "leaf-cnn": build_leaf_cnn,
     "resnet9": build_resnet9,
+    "mobilenet-v2": build_mobilenet_v2,  # FedSKA's CIFAR-10 model (1280-d features)
+    "celeba-cnn": build_celeba_cnn,  # LEAF's CelebA CNN, 84×84×3
+    "char-lstm": build_char_lstm,  # LEAF / FedSKA Shakespeare: int64 character windows (steps,)
     **FORECASTER_BUILDERS,  # "gru", "rnn": traffic windows (steps, features) → horizon outputs
 }
 """Registry of model names to builders; ``build_model`` dispatches through it."""
 
 SEQUENCE_MODELS: tuple[str, ...] = tuple(FORECASTER_BUILDERS)
 """Models whose input is a window ``(steps, features)``; all others take images ``(C, H, W)``."""
+
+IMAGE_MODELS: tuple[str, ...] = tuple(m for m in MODEL_BUILDERS if m not in SEQUENCE_MODELS + TEXT_MODELS)
+"""Models whose input is an image ``(C, H, W)``."""
 
 MODEL_NAMES: tuple[str, ...] = tuple(MODEL_BUILDERS)
 """Names accepted by ``build_model``."""
@@ -174,7 +181,8 @@ def _is_positive_int(value: object) -> bool:
 
 def build_model(name: str, input_shape: tuple[int, ...], num_classes: int) -> Backbone:
     """Build the registered model ``name`` for images of ``input_shape`` (C, H, W), or for windows
-    ``(steps, features)`` when ``name`` is a sequence model (then ``num_classes`` = horizon outputs).
+    ``(steps, features)`` when ``name`` is a sequence model (then ``num_classes`` = horizon outputs),
+    or for token windows ``(steps,)`` when ``name`` is a text model (then ``num_classes`` = vocabulary).
 
     Raises ``ValueError`` for an unknown name, a malformed ``input_shape``, a non-positive
     ``num_classes``, or a shape the chosen model cannot take.
@@ -182,8 +190,10 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int) -> Ba
     if name not in MODEL_BUILDERS:
         raise ValueError(f"unknown model {name!r}; allowed names: {', '.join(MODEL_NAMES)}")
     dims = tuple(input_shape)
-    expected = "(steps, features)" if name in SEQUENCE_MODELS else "(channels, height, width)"
-    if len(dims) != len(expected.split(",")) or not all(_is_positive_int(d) for d in dims):
+    expected = ("(steps, features)" if name in SEQUENCE_MODELS else "(steps,)" if name in TEXT_MODELS
+                else "(channels, height, width)")
+    rank = 2 if name in SEQUENCE_MODELS else 1 if name in TEXT_MODELS else 3
+    if len(dims) != rank or not all(_is_positive_int(d) for d in dims):
         raise ValueError(f"model {name!r}: input_shape must be {expected} of positive ints, got {input_shape!r}")
     if not _is_positive_int(num_classes):
         raise ValueError(f"num_classes must be a positive int, got {num_classes!r}")

@@ -247,7 +247,7 @@ class FedCGModel(Backbone):
         self.spec = spec
         convs = [name for name, m in self.named_modules() if isinstance(m, nn.Conv2d)]
         if not convs:
-            raise ValueError("FedCG needs a model with convolutional layers (cnn, leaf-cnn, resnet9)")
+            raise ValueError("FedCG needs a model with convolutional layers (cnn, leaf-cnn, resnet9, celeba-cnn)")
         chosen = convs[-1:] if spec.layers == "last" else convs
         for name in chosen:
             self.set_submodule(name, FedCGConv(self.get_submodule(name), spec))

@@ -468,6 +468,6 @@ def test_the_flt_page_documents_every_flt_key():
 
     section = (Path(__file__).resolve().parent.parent / "docs" / "methods" / "flt.md").read_text()
     keys = [key for key in RunConfig().flat() if key.startswith("flt.")]
-    assert len(keys) == 18
+    assert len(keys) == 20
     for key in keys:
         assert f"`{key}`" in section, key

@@ -16,6 +16,9 @@ TYPICAL_SHAPES: dict[str, tuple[int, ...]] = {
     "cnn": (1, 28, 28),
     "leaf-cnn": (1, 28, 28),
     "resnet9": (3, 32, 32),
+    "mobilenet-v2": (3, 32, 32),
+    "celeba-cnn": (3, 84, 84),
+    "char-lstm": (80,),  # int64 character windows (steps,); more in tests/test_paper_grids.py
     "gru": (12, 2),  # traffic windows (steps, features); more in tests/test_traffic.py
     "rnn": (12, 2),
 }
@@ -28,7 +31,9 @@ def _build(name: str, seed: int = 0) -> Backbone:
 
 
 def _batch(name: str) -> torch.Tensor:
-    """A deterministic random image batch of the model's typical shape."""
+    """A deterministic random image batch of the model's typical shape (character indices for char-lstm)."""
+    if name == "char-lstm":
+        return torch.randint(0, NUM_CLASSES, (BATCH, *TYPICAL_SHAPES[name]), generator=torch.Generator().manual_seed(1))
     return torch.randn(BATCH, *TYPICAL_SHAPES[name], generator=torch.Generator().manual_seed(1))
 
 

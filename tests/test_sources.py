@@ -38,7 +38,7 @@ def _write_leaf(path: Path, users: dict[str, tuple[int, int]]) -> None:
 
 def test_source_names() -> None:
     assert set(SOURCE_NAMES) == {"mnist", "emnist", "cifar10", "femnist", "synthetic", "digits",
-                                 "metr-la", "pems-bay", "traffic-synthetic"}
+                                 "metr-la", "pems-bay", "traffic-synthetic", "shakespeare", "celeba"}
 
 
 def test_unknown_name_lists_allowed_names() -> None:

@@ -74,7 +74,7 @@ class FedCGSection(MethodSettings):
             fedcg_layer_sizes,  # torch models: imported only when needed
         )
 
-        convs = ("cnn", "leaf-cnn", "resnet9")
+        convs = ("cnn", "leaf-cnn", "resnet9", "celeba-cnn")
         if cfg.model not in convs:
             raise ValueError(f"method 'fedcg' needs a model with convolutional layers: one of "
                              f"{', '.join(convs)} (got model '{cfg.model}')")

@@ -87,13 +87,15 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
     def __init__(self, num_clients: int, fraction_train: float, settings: FLTSection, *,
                  input_shape: tuple[int, int, int], seed: int = 0,
                  pretrain_images: torch.Tensor | None = None,
-                 matrix_storage: ClientMatrixStorage | None = None) -> None:
+                 matrix_storage: ClientMatrixStorage | None = None,
+                 initial_autoencoder: dict[str, torch.Tensor] | None = None) -> None:
         super().__init__(num_clients, fraction_train, matrix_storage=matrix_storage)
         check_autoencoder_input(input_shape)
         self.settings = settings
         self.input_shape = input_shape
         self.seed = seed
         self.pretrain_images = pretrain_images
+        self.initial_autoencoder = initial_autoencoder  # flt.encoder-checkpoint's weights, else None
         self.models: NeighbourhoodModels | None = None
         self.relatedness: Relatedness | None = None
         self.encoder: ArrayRecord | None = None
@@ -228,6 +230,10 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
         with torch.random.fork_rng():  # leave the global RNG (e.g. dropout of local training) as is
             torch.manual_seed(self.seed)
             model = build_autoencoder(self.input_shape, s.latent_dim)
+        if self.initial_autoencoder is not None:  # an encoder from elsewhere (flt.encoder-checkpoint)
+            model.load_state_dict(self.initial_autoencoder, strict=False)
+            log.info("FLT: the autoencoder starts from %s (%d tensors)", s.encoder_checkpoint,
+                     len(self.initial_autoencoder))
         if self.pretrain_images is not None:
             started = time.perf_counter()
             loss = reconstruction_epochs(
@@ -506,6 +512,16 @@ def build_flt(cfg: RunConfig, storage: ClientMatrixStorage | None = None) -> FLT
         raise ConfigError(f"run config: key 'dataset' = {cfg.dataset!r} is invalid for method "
                           f"'flt': {err}") from None
     images = pretrain_images(cfg, input_shape)
+    initial = None
+    if cfg.flt.encoder_checkpoint:
+        from models.autoencoder import load_autoencoder_checkpoint
+
+        try:
+            initial = load_autoencoder_checkpoint(cfg.flt.encoder_checkpoint, input_shape,
+                                                  cfg.flt.latent_dim)
+        except ValueError as err:
+            raise ConfigError(f"run config: key 'flt.encoder-checkpoint' = "
+                              f"{cfg.flt.encoder_checkpoint!r} is invalid: {err}") from None
     return FLT(cfg.num_clients, cfg.fraction_train, cfg.flt, input_shape=input_shape, seed=cfg.seed,
-               pretrain_images=images, matrix_storage=storage)
+               pretrain_images=images, matrix_storage=storage, initial_autoencoder=initial)
 

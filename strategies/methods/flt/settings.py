@@ -30,6 +30,9 @@ class FLTSection(MethodSettings):
     # gives no client (simulation: the server reads the data set for them)
     pretrain_data: str = ""
     pretrain_epochs: int = Field(5, ge=1)
+    # a file on the server: the autoencoder's state_dict (torch.save) to start from instead of the
+    # seeded initialisation, e.g. pretrained on another data set (the paper: CIFAR-100); "" none
+    encoder_checkpoint: str = ""
     umap_neighbors: int = Field(5, ge=2)  # n_neighbors = min(this, Σk − 1) ([C] 15)
     fresh_only: bool = True  # average only the neighbours trained this round (reference code: stale included)
     no_structure: Literal["complete", "keep"] = "complete"  # graph failing the check (paper: keep)
