@@ -324,7 +324,7 @@ class RunConfig(Settings):
         if self.dp != "off":
             from strategies.shared.privacy import check
 
-            check(self)
+            check(self, registry.METHODS[self.method].safeguard)
         return self
 
     @model_validator(mode="after")
