@@ -4,7 +4,9 @@
 method sends (`train.sfl`, `query.flt_embed`, ...) are routed as its registry entry declares
 (`strategies.shared.registry.Method.client`), imported on first use. Every train handler also accepts a fused
 message (`strategies.shared.fusion`): the evaluation it carries is routed to its own evaluate handler first,
-then the training runs, and one reply holds both.
+then the training runs, and one reply holds both. Train and evaluate handlers run inside the layer of a
+cross-cutting feature whose record the request carries (`client_app.layers.layered`, e.g. the
+safeguard); a request without one reaches the method's handler directly.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
 from client_app import evaluation, identify, watchdog
+from client_app.layers import layered
 from client_app.privacy import private_training
 from client_app.seeding import seeded_draws
 from client_app.methods import fedavg
@@ -81,11 +84,12 @@ def install(method: Method) -> None:
             continue
         _INSTALLED[message_type] = target
         handler = resolve(target)
-        _ROUTES[kind](action)(with_evaluation(handler) if kind == "train" else handler)
+        _ROUTES[kind](action)(with_evaluation(layered(handler)) if kind == "train"
+                              else layered(handler) if kind == "evaluate" else handler)
 
 
 app.query("identify")(identify.identify)
-app.train()(with_evaluation(fedavg.train))
-app.evaluate()(evaluation.evaluate)
+app.train()(with_evaluation(layered(fedavg.train)))
+app.evaluate()(layered(evaluation.evaluate))
 for _method in METHODS.values():
     install(_method)

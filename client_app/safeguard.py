@@ -2,29 +2,29 @@
 
 A graph method hands each client a model built from other clients (its graph aggregate, and for some
 methods a global model too). Where clients share no structure that model can be worse than the
-client's own. With the safeguard on (run config `safeguard = "mix"`; the instructions carry
-`safeguard-holdout` and `safeguard-grid`), every client
+client's own. With the safeguard on (run config `safeguard = "mix"`; train and evaluate requests then
+carry a `safeguard` record, `SafeguardInstructions`, with its `holdout` and `grid`), every client
 
 1. holds out a fixed slice of its train split (`safeguard-holdout`, at least one sample; the same slice
    every round: a seeded permutation of (seed, client id)) and trains only on the rest;
 2. keeps its own model, the one it last trained, in its node's `context.state`;
 3. on receiving the method's model(s), tests the mixes (1 − a)·own + a·received for a on a grid of
-   `safeguard-grid` points in [0, 1] (for each received model) on the held-out slice, and takes the
+   `grid` points in [0, 1] (for each received model) on the held-out slice, and takes the
    best (accuracy, then loss; ties go to the larger a, toward the method's model). Training starts
    from that mix; evaluation tests it.
-4. where the instructions carry `safeguard-margin` (the runner sends it while the strategy hands
-   every client the federation's consensus, `hands_out_consensus`), a mix is taken over the
-   reference (the federation's pooled `safeguard-weight`, else the received model) only if its
+4. where the record carries a `margin` (the server sends it while the strategy hands every client
+   the federation's consensus, server_app/safeguard.py), a mix is taken over the
+   reference (the federation's pooled `weight`, else the received model) only if its
    per-sample gains over it on the slice are that many standard errors above zero (McNemar's
    statistic (b − c) / √(b + c); regression: Σ gain / √Σ gain²), and the client reports every mix's
    gains over the received model for the server to pool (strategies/shared/evidence.py). A slice of
    a few dozen samples cannot tell apart models within a few points: without the margin, clients of
-   a federation without structure took their own model on noise. There, with `safeguard-send-slice`,
+   a federation without structure took their own model on noise. There, with `send-slice`,
    a sampled client also trains the model it sends on its slice (`train_on_slice`; its own model
    stays the one trained without it), so the consensus learns every sample, and a client whose
    update the consensus holds scores, trains from and answers with the consensus less that update
-   (`without_own_update`), which its slice never trained. While the instructions carry
-   `safeguard-train-consensus` (the server's `safeguard-start`), a sampled client trains from the
+   (`without_own_update`), which its slice never trained. While the record carries
+   `train-consensus` (the server's `safeguard-start`), a sampled client trains from the
    consensus itself, as under FedAvg, keeps the trained model as its own only if it scores at least
    as well on the slice as its own model, and reports how much better its own model was
    (`keep_trained`); the server pools that and switches the federation to training from the mixes
@@ -35,7 +35,10 @@ client's own. With the safeguard on (run config `safeguard = "mix"`; the instruc
    model either way.
 
 Before a client has trained once, or with the safeguard off, it uses the received model unchanged:
-the paper's behaviour. The choice is computed once per received model: the evaluation that a fused
+the paper's behaviour. The safeguard is a layer (`client_app.layers`): `around` runs a method's train
+handler with `SafeguardLayer` active (start, train samples, what follows training; the reply gets a
+`safeguard` record, `SafeguardTrainReply`, where there is evidence to report), and answers an
+evaluate request that carries `personal` itself (`evaluate`, reply record `SafeguardEvaluateReply`). The choice is computed once per received model: the evaluation that a fused
 message carries and the training after it receive the same model and reuse it (cached by a digest
 of the received records and the own model's version). The cost is the forward passes over the
 held-out slice, `grid` per received model (default 10 % × 5 = half a pass over the train split),
@@ -52,12 +55,17 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 import torch.nn.functional as F
-from flwr.app import ArrayRecord, ConfigRecord, Context
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message
 
-from client_app.runtime import ClientRuntime, model_record
+from client_app.evaluation import _finetune, evaluate_global, evaluate_reply, result_fields
+from client_app.layers import Handler, Layer, entered
+from client_app.runtime import ClientRuntime, client_runtime, model_record
 from client_app.training import (forward_batches, masked_mae, seeded_generator, task_of,
                                  train_epochs)
-from strategies.shared.evidence import clearly_better, grid
+from client_app.training import evaluate as test_model
+from strategies.shared.evidence import (SAFEGUARD, SafeguardEvaluateReply, SafeguardInstructions,
+                                        SafeguardTrainReply, clearly_better, grid)
+from strategies.shared.messages import CONFIG, EVALUATE, GLOBAL, PERSONAL, EvaluateInstructions
 
 _HOLDOUT_STREAM = 13  # seeded_generator purpose id of the held-out permutation
 _SLICE_STREAM = 14  # seeded_generator purpose id of the batches on the held-out slice
@@ -100,26 +108,16 @@ def holdout_index(num_samples: int, fraction: float, seed: int, client: int) -> 
     return torch.sort(order[held:]).values, torch.sort(order[:held]).values
 
 
-def enabled(ins) -> bool:
-    """Whether the instructions turn the safeguard on (they carry `safeguard-holdout`)."""
-    return getattr(ins, "safeguard_holdout", None) is not None
+def train_index(rt: ClientRuntime, ins, guard: SafeguardInstructions) -> torch.Tensor:
+    """The train-split indices a client trains on: the part outside the held-out slice."""
+    return holdout_index(len(rt.data.train_y), guard.holdout, ins.seed, rt.client_id)[0]
 
 
-def train_index(rt: ClientRuntime, ins) -> torch.Tensor | None:
-    """The train-split indices a client trains on: all (None) with the safeguard off, the part
-    outside the held-out slice with it on."""
-    if not enabled(ins):
-        return None
-    return holdout_index(len(rt.data.train_y), ins.safeguard_holdout, ins.seed, rt.client_id)[0]
-
-
-def training_tensors(rt: ClientRuntime, ins) -> tuple[torch.Tensor, torch.Tensor]:
+def training_tensors(rt: ClientRuntime, ins, guard: SafeguardInstructions
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
     """The (x, y) a client trains on (`train_index`)."""
     x, y = rt.tensors("train")
-    index = train_index(rt, ins)
-    if index is None:
-        return x, y
-    index = index.to(x.device)
+    index = train_index(rt, ins, guard).to(x.device)
     return x[index], y[index]
 
 
@@ -129,10 +127,8 @@ def own_model(context: Context, client: int) -> ArrayRecord | None:
     return context.state[key] if key in context.state.array_records else None
 
 
-def keep_own(context: Context, client: int, model: torch.nn.Module, ins) -> None:
-    """Remember the model a client just trained as its own (only with the safeguard on)."""
-    if not enabled(ins):
-        return
+def keep_own(context: Context, client: int, model: torch.nn.Module) -> None:
+    """Remember the model a client just trained as its own."""
     context.state[OWN.format(client)] = model_record(model)
     version = CHOICE.format(client) + ".version"
     previous = context.state.config_records.get(version)
@@ -140,43 +136,43 @@ def keep_own(context: Context, client: int, model: torch.nn.Module, ins) -> None
     context.state[version] = ConfigRecord({"n": count})
 
 
-def trains_from_consensus(context: Context, client: int, ins) -> bool:
+def trains_from_consensus(context: Context, client: int, guard: SafeguardInstructions) -> bool:
     """Whether a sampled client trains from the received consensus itself, as under FedAvg, rather
-    than from its chosen mix: the instructions carry `safeguard-train-consensus` and the client has
-    an own model to compare the trained one with (before, it trains from the received model anyway)."""
-    return (enabled(ins) and bool(getattr(ins, "safeguard_train_consensus", None))
-            and own_model(context, client) is not None)
+    than from its chosen mix: the record carries `train-consensus` and the client has an own model
+    to compare the trained one with (before, it trains from the received model anyway)."""
+    return bool(guard.train_consensus) and own_model(context, client) is not None
 
 
-def keep_trained(rt: ClientRuntime, context: Context, model: torch.nn.Module, ins) -> dict[str, float]:
+def keep_trained(rt: ClientRuntime, context: Context, model: torch.nn.Module, ins,
+                 guard: SafeguardInstructions) -> SafeguardTrainReply | None:
     """Keep the model a client just trained as its own (`keep_own`). Where it trained from the
     consensus (`trains_from_consensus`), only if it scores at least as well on the held-out slice as
     the client's own model (accuracy, then loss; regression: loss), and return the own model's
-    per-sample gains over it there, summed, and their squares, as `TrainReply` fields for the server
-    to pool (its `safeguard-start` decision); {} otherwise."""
-    held = held_out(rt, ins) if trains_from_consensus(context, rt.client_id, ins) else None
+    per-sample gains over it there, summed, and their squares, for the server to pool (its
+    `safeguard-start` decision); None otherwise."""
+    held = held_out(rt, ins, guard) if trains_from_consensus(context, rt.client_id, guard) else None
     if held is None or len(held[1]) == 0:
-        keep_own(context, rt.client_id, model, ins)
-        return {}
+        keep_own(context, rt.client_id, model)
+        return None
     xv, yv = held
     own = _per_sample(rt.model(own_model(context, rt.client_id)), xv, yv, ins.batch_size)
     trained = _per_sample(model, xv, yv, ins.batch_size)
     if tuple(_summary(trained)) >= tuple(_summary(own)):
-        keep_own(context, rt.client_id, model, ins)
+        keep_own(context, rt.client_id, model)
     gain = _gain(own, trained)
-    return {"safeguard_start_gain": float(gain.sum()),
-            "safeguard_start_square": float((gain**2).sum())}
+    return SafeguardTrainReply(start_gain=float(gain.sum()), start_square=float((gain**2).sum()))
 
 
-def train_on_slice(rt: ClientRuntime, context: Context, model: torch.nn.Module, ins) -> int:
-    """Where the instructions carry `safeguard-send-slice` (the federation hands out its
+def train_on_slice(rt: ClientRuntime, context: Context, model: torch.nn.Module, ins,
+                   guard: SafeguardInstructions) -> int:
+    """Where the record carries `send-slice` (the federation hands out its
     consensus), train `model`, already kept as the client's own, for the same epochs on the
     held-out slice as well, so that the model it sends (and the consensus) learns from every
     sample, and remember it with its round and example count (`without_own_update`). Returns the
     samples added (0 where nothing is done)."""
-    if not enabled(ins) or not getattr(ins, "safeguard_send_slice", None):
+    if not guard.send_slice:
         return 0
-    xv, yv = held_out(rt, ins)
+    xv, yv = held_out(rt, ins, guard)
     if len(yv) == 0:
         return 0
     train_epochs(model, xv, yv, epochs=ins.local_epochs, batch_size=ins.batch_size, lr=ins.lr,
@@ -189,19 +185,20 @@ def train_on_slice(rt: ClientRuntime, context: Context, model: torch.nn.Module, 
     return len(yv)
 
 
-def without_own_update(context: Context, client: int, ins, record: ArrayRecord) -> ArrayRecord:
-    """The received consensus less the client's own update, where the instructions say it is the
-    n-weighted mean of the models that round t's clients sent (`safeguard-consensus-round`, Σ n_j
-    `safeguard-consensus-examples`, `safeguard-consensus-clients`), this client among them (its
+def without_own_update(context: Context, client: int, guard: SafeguardInstructions,
+                       record: ArrayRecord) -> ArrayRecord:
+    """The received consensus less the client's own update, where the record says it is the
+    n-weighted mean of the models that round t's clients sent (`consensus-round`, Σ n_j
+    `consensus-examples`, `consensus-clients`), this client among them (its
     reply was not dropped), and it kept what it sent then (trained on its held-out slice):
     (Σ n_j·C − n_k·w_k) / (Σ n_j − n_k), which its slice never trained; else `record`."""
-    t = getattr(ins, "safeguard_consensus_round", None)
+    t = guard.consensus_round
     key = SENT.format(client)
-    if (t is None or client not in (getattr(ins, "safeguard_consensus_clients", None) or ())
+    if (t is None or client not in (guard.consensus_clients or ())
             or key + ".of" not in context.state.config_records):
         return record
     sent_of = context.state.config_records[key + ".of"]
-    total, examples = float(ins.safeguard_consensus_examples), float(sent_of["examples"])
+    total, examples = float(guard.consensus_examples), float(sent_of["examples"])
     if int(sent_of["round"]) != int(t) or total <= examples:
         return record  # it did not train in that round, or its update is all the consensus has
     # the line from the sent model through the consensus, beyond it: w_k + Σ n_j/(Σ n_j − n_k)·(C − w_k)
@@ -230,17 +227,18 @@ def mix(own: Mapping[str, torch.Tensor], other: Mapping[str, torch.Tensor],
     return out
 
 
-def choose(rt: ClientRuntime, context: Context, ins,
+def choose(rt: ClientRuntime, context: Context, ins, guard: SafeguardInstructions | None,
            received: Mapping[str, ArrayRecord]) -> tuple[ArrayRecord, Choice]:
     """The model a client starts from / uses: the first of `received` (the method's model) with the
-    safeguard off or no own model yet; otherwise the best mix on the held-out slice (module doc)."""
+    safeguard off (`guard` None) or no own model yet; otherwise the best mix on the held-out slice
+    (module doc)."""
     first = next(iter(received))
-    own = own_model(context, rt.client_id) if enabled(ins) else None
+    own = own_model(context, rt.client_id) if guard is not None else None
     if own is None:
         return received[first], Choice("", 1.0)
-    received = {name: without_own_update(context, rt.client_id, ins, record)
+    received = {name: without_own_update(context, rt.client_id, guard, record)
                 for name, record in received.items()}
-    choice = _search(rt, context, ins, own, received)
+    choice = _search(rt, context, ins, guard, own, received)
     if choice.weight == 1.0:
         return received[choice.source], choice
     mixed = mix(own.to_torch_state_dict(), received[choice.source].to_torch_state_dict(),
@@ -277,28 +275,29 @@ def _gain(candidate: tuple[torch.Tensor, torch.Tensor | None],
     return hits - ref_hits if hits is not None else ref_loss - loss
 
 
-def held_out(rt: ClientRuntime, ins) -> tuple[torch.Tensor, torch.Tensor]:
+def held_out(rt: ClientRuntime, ins, guard: SafeguardInstructions
+             ) -> tuple[torch.Tensor, torch.Tensor]:
     """The (x, y) of the client's held-out slice (`holdout_index`)."""
     x, y = rt.tensors("train")
-    _, held = holdout_index(len(y), ins.safeguard_holdout, ins.seed, rt.client_id)
+    _, held = holdout_index(len(y), guard.holdout, ins.seed, rt.client_id)
     held = held.to(x.device)
     return x[held], y[held]
 
 
-def prefers_finetuned(rt: ClientRuntime, ins, choice: Choice, mixed: ArrayRecord,
-                      tuned: torch.nn.Module) -> bool:
+def prefers_finetuned(rt: ClientRuntime, ins, guard: SafeguardInstructions, choice: Choice,
+                      mixed: ArrayRecord, tuned: torch.nn.Module) -> bool:
     """Whether the client answers with `tuned`, the chosen mix (`mixed`) after the evaluation's
     local epochs, rather than the mix itself, judged on the held-out slice, which neither model was
     trained on: it scores at least as well (accuracy, then loss; regression: loss), or, where the
-    instructions carry `safeguard-margin` (the client received the federation's consensus), its
+    record carries a `margin` (the client received the federation's consensus), its
     per-sample gains over the mix are that many standard errors above zero, as every other
     departure from the federation's model (`clearly_better`). False where the choice tested nothing
     (no own model yet: the client answers with the received model)."""
     if not choice.score:
         return False
-    xv, yv = held_out(rt, ins)
+    xv, yv = held_out(rt, ins, guard)
     result = _per_sample(tuned, xv, yv, ins.batch_size)
-    margin = float(getattr(ins, "safeguard_margin", None) or 0.0)
+    margin = float(guard.margin or 0.0)
     if margin <= 0.0:
         return tuple(_summary(result)) >= choice.score
     held = choice.held or _per_sample(rt.model(mixed), xv, yv, ins.batch_size)
@@ -313,13 +312,13 @@ def _on_grid(weight: float | None, points: int) -> float:
     return min(grid(points), key=lambda a: (abs(a - weight), -a))
 
 
-def _search(rt: ClientRuntime, context: Context, ins, own: ArrayRecord,
-            received: Mapping[str, ArrayRecord]) -> Choice:
+def _search(rt: ClientRuntime, context: Context, ins, guard: SafeguardInstructions,
+            own: ArrayRecord, received: Mapping[str, ArrayRecord]) -> Choice:
     """Per received model, test the mixes on the held-out slice and take the best by (accuracy,
     −loss; regression: −loss), ties to larger weights; a mix other than the received model itself
-    is taken only if its per-sample gains over it are `safeguard-margin` standard errors above zero
-    (`clearly_better`; no margin in the instructions: any gain). With a margin, the reference is the
-    federation's weight `safeguard-weight` where the instructions carry one (else a = 1), and the
+    is taken only if its per-sample gains over it are `margin` standard errors above zero
+    (`clearly_better`; no margin in the record: any gain). With a margin, the reference is the
+    federation's `weight` where the record carries one (else a = 1), and the
     choice records the gains of every mix over a = 1 for the server to pool. Across received models
     the best decision wins, ties to the earlier one. Decisions are cached in `context.state` per
     received model (by digest) until the own model or the instructions' margin or weight change, so
@@ -327,14 +326,14 @@ def _search(rt: ClientRuntime, context: Context, ins, own: ArrayRecord,
     key = CHOICE.format(rt.client_id)
     version = context.state.config_records.get(key + ".version")
     version = int(version["n"]) if version is not None else 0
-    margin = float(getattr(ins, "safeguard_margin", None) or 0.0)
-    reference = _on_grid(getattr(ins, "safeguard_weight", None), ins.safeguard_grid)
+    margin = float(guard.margin or 0.0)
+    reference = _on_grid(guard.weight, guard.grid)
     cache = context.state.config_records.get(key)
     valid = (cache is not None and int(cache["version"]) == version
              and float(cache["margin"]) == margin and float(cache["weight"]) == reference)
     scores = dict(cache) if valid else {}
     scores["version"], scores["margin"], scores["weight"] = version, margin, reference
-    xv, yv = held_out(rt, ins)
+    xv, yv = held_out(rt, ins, guard)
     own_state = own.to_torch_state_dict()
     model = rt.model(own)
     own_result = []  # the own model's per-sample result, computed at most once per call
@@ -350,7 +349,7 @@ def _search(rt: ClientRuntime, context: Context, ins, own: ArrayRecord,
         if digest not in scores:  # [a, score...] of the decision for this model
             other = record.to_torch_state_dict()
             tested = {}
-            for a in reversed(grid(ins.safeguard_grid)):  # a = 1 (the received model) first
+            for a in reversed(grid(guard.grid)):  # a = 1 (the received model) first
                 if a == 0.0:
                     if not own_result:
                         own_result.append(test(own_state))
@@ -359,7 +358,7 @@ def _search(rt: ClientRuntime, context: Context, ins, own: ArrayRecord,
                     tested[a] = test(mix(own_state, other, a) if a < 1.0 else other)
             top = max(tested, key=lambda a: (*_summary(tested[a]), a))  # ties to larger a
             if margin > 0.0:
-                gains = [_gain(tested[a], tested[1.0]) for a in grid(ins.safeguard_grid)[:-1]]
+                gains = [_gain(tested[a], tested[1.0]) for a in grid(guard.grid)[:-1]]
                 scores[digest + ".gains"] = [float(g.sum()) for g in gains]
                 scores[digest + ".squares"] = [float((g**2).sum()) for g in gains]
                 gain = _gain(tested[top], tested[reference])
@@ -377,3 +376,78 @@ def _search(rt: ClientRuntime, context: Context, ins, own: ArrayRecord,
             best_key = candidate
     context.state[key] = ConfigRecord(scores)
     return best
+
+
+class SafeguardLayer(Layer):
+    """The safeguard around a method's local update (`client_app.layers.Layer`): training starts
+    from the chosen mix (or the consensus, `trains_from_consensus`), runs outside the held-out slice,
+    and the trained model becomes the client's own (`keep_trained`, `train_on_slice`)."""
+
+    def __init__(self, context: Context, guard: SafeguardInstructions) -> None:
+        self.context, self.guard = context, guard
+        self.reply: SafeguardTrainReply | None = None  # evidence for the server, once trained
+
+    def start(self, rt: ClientRuntime, ins, received: Mapping[str, ArrayRecord]) -> ArrayRecord:
+        if trains_from_consensus(self.context, rt.client_id, self.guard):
+            return received[next(iter(received))]  # FedAvg's start; the better of the two is kept
+        return choose(rt, self.context, ins, self.guard, received)[0]
+
+    def train_index(self, rt: ClientRuntime, ins) -> torch.Tensor:
+        return train_index(rt, ins, self.guard)
+
+    def trained(self, rt: ClientRuntime, ins, model: torch.nn.Module) -> int:
+        self.reply = keep_trained(rt, self.context, model, ins, self.guard)
+        return train_on_slice(rt, self.context, model, ins, self.guard)
+
+
+def evaluate(message: Message, context: Context, guard: SafeguardInstructions) -> Message:
+    """`evaluate` of a request that carries `personal`: test the best mix of the client's own last
+    model with `personal` (or `global`) and report the own model's weight (`own`, with the gains
+    where there is a margin); with `finetune-epochs` > 0 its `finetuned-*` are that model after the
+    local epochs (on the train split outside the held-out slice), the counterpart of "global + local
+    epochs" for a method that hands each client its own model, and the fine-tuned model becomes the
+    client's own (so a client not sampled for training still refines it, as every client refines
+    the global model under FedAvg + fine-tuning). The client answers (`accuracy`) with whichever of
+    the mix and its fine-tuned version scores better on the held-out slice (`prefers_finetuned`) and
+    reports which as `finetuned` (1: the fine-tuned one)."""
+    rt = client_runtime(message, context)
+    ins = EvaluateInstructions.read(message.content[CONFIG])
+    fields, _ = evaluate_global(message, rt, ins, finetune=False)
+    received = {PERSONAL: message.content[PERSONAL]}
+    if GLOBAL in message.content:
+        received[GLOBAL] = message.content[GLOBAL]
+    personal, choice = choose(rt, context, ins, guard, received)
+    model = rt.model(personal)
+    x_test, y_test = rt.tensors("test")
+    used = test_model(model, x_test, y_test, ins.batch_size, rt.data.target_scale)
+    report = {"own": choice.own_weight}
+    if choice.gains:
+        report.update(gains=list(choice.gains), squares=list(choice.squares))
+    if ins.finetune_epochs > 0:  # the used model + local epochs, as global + local epochs
+        _finetune(model, *training_tensors(rt, ins, guard), ins, rt.client_id)
+        tuned = test_model(model, x_test, y_test, ins.batch_size, rt.data.target_scale)
+        fields.update(result_fields(tuned, "finetuned_"))
+        # the client answers with the fine-tuned model where its held-out slice prefers it
+        finetuned = prefers_finetuned(rt, ins, guard, choice, personal, model)
+        report["finetuned"] = float(finetuned)
+        used = tuned if finetuned else used
+        keep_own(context, rt.client_id, model)  # the client's newest own model
+    reply = evaluate_reply(message, used, fields)
+    reply.content[SAFEGUARD] = SafeguardEvaluateReply(**report).config()
+    return reply
+
+
+def around(handler: Handler, message: Message, context: Context) -> Message:
+    """The safeguard's layer around a method's train or evaluate handler (`client_app.layers`): an
+    evaluate request with `personal` is answered by `evaluate`; a train request runs `handler` with
+    `SafeguardLayer` active, its reply carrying the evidence the layer gathered."""
+    guard = SafeguardInstructions.read(message.content[SAFEGUARD])
+    if message.metadata.message_type.split(".")[0] == EVALUATE.split(".")[0]:
+        if PERSONAL in message.content:
+            return evaluate(message, context, guard)
+        return handler(message, context)
+    with entered(SafeguardLayer(context, guard)) as layer:
+        reply = handler(message, context)
+    if layer.reply is not None and not reply.has_error():
+        reply.content[SAFEGUARD] = layer.reply.config()
+    return reply

@@ -20,12 +20,14 @@ from flwr.serverapp import Grid, ServerApp
 
 from datasets.sources import SOURCE_INFO, DataNotFoundError
 from models import build_model
-from server_app.callbacks import ResumeError, RunCallback
+from server_app.callbacks import (Checkpointing, MethodReport, ResumeError, RoundLog, RunCallback,
+                                  TensorBoardLog, TrafficCount)
 from server_app.checkpoint import CheckpointError, CheckpointStore
 from server_app.clients import CodeMismatchError
 from server_app.reporting import RunRecorder
 from server_app.run_lock import OwnershipCheck, RunLock
 from server_app.runner import ClientsUnavailableError, FederationRunner
+from server_app.safeguard import Safeguard
 from strategies.shared.client_matrix import ClientMatrixStorage
 from strategies.shared.settings import ConfigError
 from strategies.shared.run_config import RunConfig
@@ -117,6 +119,14 @@ def check_run_directory(cfg: RunConfig, directory: Path, checkpoints: Checkpoint
                           "set output-dir to a writable folder") from None
 
 
+def run_callbacks(cfg: RunConfig, checkpoints: CheckpointStore | None) -> list[RunCallback]:
+    """The cross-cutting work of every run, in hook order: the method's report, byte counts, the
+    round log, checkpoints (with a store), TensorBoard and the per-client safeguard."""
+    return [MethodReport(), TrafficCount(cfg.num_clients), RoundLog(),
+            *([Checkpointing(checkpoints)] if checkpoints is not None else []),
+            TensorBoardLog(), Safeguard(cfg)]
+
+
 def run(grid: Grid, cfg: RunConfig, connect_timeout: float = 300.0,
         callbacks: Sequence[RunCallback] = ()) -> dict:
     """Run a whole federation; returns the summary that was also written to summary.json.
@@ -137,8 +147,9 @@ def run(grid: Grid, cfg: RunConfig, connect_timeout: float = 300.0,
         recorder = RunRecorder(directory, cfg.flat(), fresh=not cfg.resume)
         # the server reads no client data: ground truth and label sets are what the clients report
         # in query.identify (FederationRunner.take_reports)
-        runner = FederationRunner(grid, cfg, strategy, recorder, checkpoints,
-                                  [*callbacks, OwnershipCheck(lock)])
+        runner = FederationRunner(grid, cfg, strategy, recorder,
+                                  [*run_callbacks(cfg, checkpoints), *callbacks,
+                                   OwnershipCheck(lock)])
         runner.connect(timeout=connect_timeout)
         summary = runner.run(initial_arrays(cfg), resume=cfg.resume)
         lock.verify()

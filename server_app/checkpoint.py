@@ -1,10 +1,11 @@
 """Per-round checkpoints of a federation: atomic, checksummed, only the newest `keep-checkpoints` kept.
 
-After every round the runner hands `CheckpointStore.save` everything needed to continue: the round
-number, the global model, the whole strategy object (per-client matrix, graphs, graph learners and
-their optimiser state, cluster models, FLT's relatedness and UMAP reducer, ...), the RNG states of
-`random` (Flower's client sampling), numpy and torch, the metric history, and the safeguard's
-federation weight (`safeguard-weight`, the one piece of run state outside the strategy). The strategy is pickled
+After every round `Checkpointing` (server_app/callbacks.py) hands `CheckpointStore.save` everything
+needed to continue: the round number, the global model, the RNG states of `random` (Flower's client
+sampling), numpy and torch, and the state of every stateful component under its name: the whole
+strategy object (per-client matrix, graphs, graph learners and their optimiser state, cluster models,
+FLT's relatedness and UMAP reducer, ...), the metric history, byte counts, the safeguard's pooled
+weight and start, TensorBoard's last graph. The strategy is pickled
 as it is, so every method's state is covered without per-method code. A strategy holds no transport
 (the runner hands it client ids and replies), so a checkpoint holds none either: a grid reached while
 pickling is an error.

@@ -17,8 +17,9 @@ from server_app.summary_table import console_table
 
 log = logging.getLogger("flwr.bouquet")
 
-RESULTS_DIR = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
 REFERENCE = "default-job"  # the committed comparison of the default job (README: Quick start)
+# its numbers as package data (written by `python -m benchmarks.reference` from the comparison)
+REFERENCE_FILE = Path(__file__).with_name("reference.json")
 # Keys that name, place or pace a run without changing its numbers (client-matrix-mmap-bytes only
 # chooses where the server keeps the per-client matrices: tests/test_client_matrix.py).
 RUN_KEYS = frozenset({"method", "run-name", "output-dir", "data-root", "device", "resume",
@@ -65,10 +66,16 @@ class RunRecorder:
         self.rounds = list(rounds)
         self.rounds_path.write_text("".join(json.dumps(r) + "\n" for r in self.rounds))
 
-    def restore(self, rounds: list[dict[str, Any]]) -> None:
+    state_name = "rounds"
+
+    def state(self) -> dict[str, Any]:
+        """The round records so far (a checkpoint's history)."""
+        return {"rounds": self.rounds}
+
+    def restore(self, state: dict[str, Any]) -> None:
         """Continue a resumed run: its history is that of the checkpoint (lines a crashed process
         wrote after its last checkpoint are replaced)."""
-        self._start(rounds)
+        self._start(state["rounds"])
 
     def record_round(self, record: dict[str, Any]) -> None:
         self.rounds.append(record)
@@ -119,11 +126,11 @@ def _column_order(name: str) -> tuple[int, str]:
 
 
 def comparison_hint(summary: dict[str, Any], config: dict[str, Any],
-                    results: Path = RESULTS_DIR) -> str:
+                    reference_file: Path = REFERENCE_FILE) -> str:
     """Lines that put the run's accuracy next to other methods on the same data and settings:
-    the committed comparison `results/<REFERENCE>.json` when its settings are this run's, otherwise
-    the `benchmarks.compare` command that measures them."""
-    reference = matching_comparison(config, results / f"{REFERENCE}.json")
+    the default job's committed comparison (its numbers in `reference_file`, package data) when its
+    settings are this run's, otherwise the `benchmarks.compare` command that measures them."""
+    reference = matching_comparison(config, reference_file)
     method = summary["method"]
     if reference is not None and "personalized" in summary["final"]:
         listed = ", ".join(_reference_entry(s["method"], s["final"])

@@ -18,29 +18,18 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from flwr.app import ArrayRecord, Message
+from flwr.app import ArrayRecord, ConfigRecord, Message
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from datasets.partition import heldout_test_clients
 from datasets.sources import dataset_task
-from server_app.callbacks import (
-    Checkpointing,
-    MethodReport,
-    RoundLog,
-    RunCallback,
-    TensorBoardLog,
-    TrafficCount,
-)
-from server_app.checkpoint import CheckpointStore
+from server_app.callbacks import ResumeError, RunCallback, RunView, Stateful
 from server_app.metrics import accuracy_summary, regression_summary
 from server_app.reporting import RunRecorder
 from server_app.clients import ClientGrid, TrainClients
-from strategies.shared.evidence import StartEvidence, federation_weight, grid
-from strategies.shared.personalized import PersonalizedStrategy
 from strategies.shared.priors import ClientReports, TakesClientReports
 from strategies.shared.provenance import code_fingerprint
-from strategies.shared.registry import METHODS
 from strategies.shared.run_config import RunConfig
 from strategies.shared.messages import (
     METRICS,
@@ -102,23 +91,16 @@ def train_devices(replies: list[Message]) -> dict[str, dict[str, int]]:
 
 class FederationRunner:
     """Runs one federation: the round loop and every exchange with the clients. Cross-cutting work
-    is done by callbacks (`server_app.callbacks`): the method's report (`MethodReporter`: per-round
+    is done by callbacks (`server_app.callbacks`, given as a list; the runner names none), which see
+    the run as a `RunView`: the method's report (`MethodReporter`: per-round
     fields and final artifacts, with the ground truth the clients reported, `ClientReports`), byte
     counts, the round log, checkpoints and the TensorBoard event files. The server reads no client
     data: what it knows of the clients' data is what they report in `query.identify`."""
 
     def __init__(self, grid: Grid, cfg: RunConfig, strategy: Strategy, recorder: RunRecorder,
-                 checkpoints: CheckpointStore | None = None,
                  callbacks: Sequence[RunCallback] = ()):
         self.cfg = cfg
-        self.strategy = strategy
-        # the federation's safeguard weight, pooled from the last evaluation's reported gains (None:
-        # no client reported any; strategies/shared/evidence.py)
-        self.safeguard_weight: float | None = None
-        # where it hands every client the consensus: whether sampled clients train from it
-        # (`safeguard-start`), and the held-out gains of their own models over the models they
-        # trained from it, pooled since the start, with their squares
-        self.safeguard_start = StartEvidence(cfg.safeguard_start)
+        self.view = RunView(cfg, recorder.directory, strategy)
         self.recorder = recorder
         # a strategy that builds a label-sharing graph asks the clients for their label sets
         label_sets = isinstance(strategy, TakesClientReports) and bool(strategy.label_sets_key)
@@ -131,14 +113,30 @@ class FederationRunner:
         self.train_clients = self.clients if held_out is None else TrainClients(
             self.clients, sorted(set(range(cfg.num_clients)) - {int(c) for c in held_out}))
         self.latest: dict[int, dict[str, Any]] = {}  # client id -> last evaluation metrics
-        self.traffic = TrafficCount(cfg.num_clients)
-        self.checkpointing = (Checkpointing(self, checkpoints, self.traffic)
-                              if checkpoints is not None else None)
-        self.method_report = MethodReport(self, None)  # its truth: the clients' reports (connect)
-        self.callbacks: list[RunCallback] = [
-            self.method_report, self.traffic, RoundLog(),
-            *([self.checkpointing] if self.checkpointing else []),
-            TensorBoardLog(self, recorder.directory), *callbacks]
+        self.callbacks = list(callbacks)
+        # what a checkpoint holds: the strategy and last metrics, the round history, and the state
+        # of every callback that has some
+        self.view.parts = {"federation": self, "rounds": recorder,
+                           **{c.state_name: c for c in self.callbacks if isinstance(c, Stateful)}}
+        for callback in self.callbacks:
+            callback.attach(self.view)
+
+    state_name = "federation"
+
+    @property
+    def strategy(self) -> Strategy:
+        return self.view.strategy
+
+    @strategy.setter
+    def strategy(self, strategy: Strategy) -> None:
+        self.view.strategy = strategy
+
+    def state(self) -> dict[str, Any]:
+        """The strategy (pickled whole: every method's state) and each client's last metrics."""
+        return {"strategy": self.strategy, "latest": self.latest}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.strategy, self.latest = state["strategy"], state["latest"]
 
     # --- setup ------------------------------------------------------------------------------
     def connect(self, timeout: float) -> None:
@@ -180,7 +178,7 @@ class FederationRunner:
                                      train_sizes=dict(self.clients.validator.train_sizes),
                                      domain_names=names)
         truth = self.reports.truth()
-        self.method_report.truth = truth
+        self.view.truth = truth
         log.info("client reports %s%s", self.reports.describe(),
                  "" if truth is not None and truth.cluster_ids is not None else
                  "; no ground-truth figures (no client reported a group or domain field)")
@@ -228,73 +226,37 @@ class FederationRunner:
         return TrainInstructions(
             server_round=server_round, lr=cfg.lr, momentum=cfg.momentum,
             local_epochs=cfg.local_epochs, batch_size=cfg.batch_size, seed=cfg.seed,
-            **self.safeguard_fields(),
         )
-
-    def safeguard_fields(self) -> dict[str, Any]:
-        """`safeguard-holdout` / `safeguard-grid` for a method whose clients honour the safeguard
-        (`Method.safeguard`) when the run config turns it on, nothing otherwise; while the strategy
-        hands every client the consensus (`hands_out_consensus`, with a margin), also
-        `safeguard-margin`, once clients reported their gains the federation's pooled
-        `safeguard-weight`, and while sampled clients train from the consensus
-        (`safeguard-start`), `safeguard-train-consensus`."""
-        cfg = self.cfg
-        if cfg.safeguard == "off" or not METHODS[cfg.method].safeguard:
-            return {}
-        fields = {"safeguard_holdout": cfg.safeguard_holdout, "safeguard_grid": cfg.safeguard_grid}
-        if self.consensus_safeguard():
-            fields["safeguard_margin"] = cfg.safeguard_margin
-            if self.safeguard_weight is not None:
-                fields["safeguard_weight"] = self.safeguard_weight
-            if self.safeguard_start.from_consensus:
-                fields["safeguard_train_consensus"] = True
-            if cfg.safeguard_send_slice:
-                fields["safeguard_send_slice"] = True
-                mass = self.strategy.consensus_mass()
-                if mass is not None:
-                    (fields["safeguard_consensus_round"], fields["safeguard_consensus_examples"],
-                     fields["safeguard_consensus_clients"]) = mass
-        return fields
-
-    def consensus_safeguard(self) -> bool:
-        """Whether the safeguard is on for this method and the strategy hands every client the
-        federation's consensus, with a margin: the case of the federation's weight and start."""
-        cfg = self.cfg
-        return (cfg.safeguard != "off" and METHODS[cfg.method].safeguard
-                and cfg.safeguard_margin > 0.0 and isinstance(self.strategy, PersonalizedStrategy)
-                and self.strategy.hands_out_consensus())
-
-    def pool_start(self, server_round: int, replies: Replies) -> dict[str, Any]:
-        """Pool the train replies' held-out gains of the clients' own models over the models they
-        trained from the consensus (`StartEvidence`); the round record's `safeguard-start` (1: this
-        round's sampled clients trained from the consensus, 0: from their mixes) and
-        `safeguard-start-evidence` (the pooled gains since the start in standard errors), where
-        the case applies."""
-        if not self.consensus_safeguard():
-            return {}
-        reports = []
-        for _, reply in replies:
-            metrics = self.strategy.train_reply.read(reply.content[METRICS])
-            if metrics.safeguard_start_gain is not None and metrics.safeguard_start_square is not None:
-                reports.append((metrics.safeguard_start_gain, metrics.safeguard_start_square))
-        start = self.safeguard_start
-        from_consensus, switched = start.from_consensus, start.switched  # this round's instructions
-        start.pool(server_round, reports, self.cfg.safeguard_margin)
-        if start.switched is not None and switched is None:
-            log.info("round %d: the clients' own models are clearly better on their held-out slices "
-                     "than the models they trained from the consensus (%.2f standard errors); "
-                     "sampled clients train from their mixes from round %d on",
-                     server_round, start.statistic, server_round + 1)
-        return {"safeguard-start": 1.0 if from_consensus else 0.0,
-                "safeguard-start-evidence": start.statistic}
 
     def evaluate_config(self, server_round: int) -> EvaluateInstructions:
         cfg = self.cfg
         return EvaluateInstructions(
             server_round=server_round, batch_size=cfg.batch_size, seed=cfg.seed,
             finetune_epochs=cfg.finetune_epochs, lr=cfg.lr, momentum=cfg.momentum,
-            **self.safeguard_fields(),
         )
+
+    def request_records(self, kind: str, server_round: int) -> dict[str, ConfigRecord]:
+        """The records callbacks add to every `kind` request of `server_round` (asked for with the
+        config, before the method's own step of the phase)."""
+        records: dict[str, ConfigRecord] = {}
+        for callback in self.callbacks:
+            records.update(callback.request_records(kind, server_round))
+        return records
+
+    @staticmethod
+    def with_records(messages: list[Message], records: dict[str, ConfigRecord]) -> list[Message]:
+        for message in messages:
+            for name, record in records.items():
+                message.content[name] = record
+        return messages
+
+    def reply_fields(self, hook: str, server_round: int, replies: Replies) -> dict[str, Any]:
+        """Round-record fields the callbacks read from a phase's good replies (`hook`:
+        train_replies / evaluate_replies)."""
+        fields: dict[str, Any] = {}
+        for callback in self.callbacks:
+            fields.update(getattr(callback, hook)(server_round, replies))
+        return fields
 
     # --- phases -----------------------------------------------------------------------------
     def evaluates(self, server_round: int) -> bool:
@@ -319,8 +281,11 @@ class FederationRunner:
 
     def evaluation_messages(self, server_round: int, arrays: ArrayRecord) -> list[Message]:
         config = self.evaluate_config(server_round).config()
+        records = self.request_records("evaluate", server_round)
         self.method_step("before_evaluate", server_round, arrays, config)
-        return list(self.strategy.configure_evaluate(server_round, arrays, config, self.clients))
+        return self.with_records(
+            list(self.strategy.configure_evaluate(server_round, arrays, config, self.clients)),
+            records)
 
     def evaluate(self, server_round: int, arrays: ArrayRecord) -> dict[str, Any]:
         """An evaluate-only phase; the round's evaluation record."""
@@ -337,7 +302,7 @@ class FederationRunner:
             rows.append(metrics)
         if not rows:
             return {"evaluated-clients": 0}
-        if all(r.mae is not None for r in rows):
+        if all(r.mae is not None for r in rows):  # callbacks read classification replies only
             return {"evaluated-clients": len(rows), **regression_record(rows)}
         examples = np.array([r.num_examples for r in rows])
         result: dict[str, Any] = {
@@ -349,29 +314,8 @@ class FederationRunner:
         if all(r.finetuned_accuracy is not None for r in rows):
             result["finetuned"] = accuracy_summary(
                 np.array([r.finetuned_accuracy for r in rows]), examples)
-        own = [r.safeguard_own for r in rows if r.safeguard_own is not None]
-        if own:  # the safeguard's choices: mean weight of the clients' own models, and how many mixed
-            result["safeguard-own"] = float(np.mean(own))
-            result["safeguard-mixed"] = sum(0.0 < w for w in own)
-        tuned = [r.safeguard_finetuned for r in rows if r.safeguard_finetuned is not None]
-        if tuned:  # how many clients answered with their fine-tuned model
-            result["safeguard-finetuned"] = int(sum(tuned))
-        if self.pool_safeguard(rows):
-            result["safeguard-weight"] = self.safeguard_weight
+        result.update(self.reply_fields("evaluate_replies", server_round, replies))
         return result
-
-    def pool_safeguard(self, rows: list[EvaluateReply]) -> bool:
-        """Pool the held-out gains that clients reported (with a margin, client_app/safeguard.py)
-        into the federation's weight for the next instructions; False when none reported any."""
-        size = self.cfg.safeguard_grid - 1
-        reports = [(r.safeguard_gains, r.safeguard_squares) for r in rows
-                   if r.safeguard_gains is not None and r.safeguard_squares is not None
-                   and len(r.safeguard_gains) == len(r.safeguard_squares) == size]
-        if not reports:
-            return False
-        self.safeguard_weight = federation_weight(reports, grid(self.cfg.safeguard_grid)[:-1],
-                                                  self.cfg.safeguard_margin)
-        return True
 
     def train_phase(self, server_round: int, arrays: ArrayRecord, pending: dict[str, Any] | None
                     ) -> tuple[list[Message], Replies]:
@@ -382,9 +326,11 @@ class FederationRunner:
         evaluation = (self.evaluation_messages(pending["round"], arrays)
                       if pending is not None else [])
         config = self.train_config(server_round).config()
+        records = self.request_records("train", server_round)
         self.method_step("before_train", server_round, arrays, config)
-        messages = list(self.strategy.configure_train(server_round, arrays, config,
-                                                      self.train_clients))
+        messages = self.with_records(
+            list(self.strategy.configure_train(server_round, arrays, config, self.train_clients)),
+            records)
         if pending is None:
             return messages, self.exchange(messages, "train")
         trained, evaluated = self.clients.exchange_fused(
@@ -406,11 +352,13 @@ class FederationRunner:
         started = time.perf_counter()
         pending: dict[str, Any] | None  # the last round, when its evaluation is still due
         if resume:
-            arrays, last_round, self.earlier_seconds, pending = self.checkpointing.restore()
+            resumed = self.resume()
+            arrays, last_round, self.earlier_seconds, pending = (
+                resumed.arrays, resumed.server_round, resumed.seconds, resumed.pending)
         else:
             random.seed(cfg.seed)  # Flower's node sampling draws from `random`
             last_round, self.earlier_seconds = 0, 0.0
-            pending = {"round": 0, "seconds": 0.0, **self._traffic()}
+            pending = {"round": 0, "seconds": 0.0, **self._traffic(0)}
             if not cfg.fuse_evaluate:
                 pending = self._evaluate_pending(pending, arrays)
             self._round_finished(0, arrays, 0.0, pending)
@@ -429,14 +377,15 @@ class FederationRunner:
                                     "failed-clients": [],
                                     "unreachable-clients": list(range(cfg.num_clients)),
                                     "train-loss": None,
-                                    "seconds": time.perf_counter() - round_start, **self._traffic()})
+                                    "seconds": time.perf_counter() - round_start,
+                                    **self._traffic(server_round)})
                 continue
             messages, replies = self.train_phase(server_round, arrays, pending)
             pending = None
             trained = [client for client, _ in replies]
             failed = sorted({m.metadata.dst_node_id for m in messages} - set(trained))
             new_arrays, train_metrics = self.aggregate_train(server_round, replies)
-            start = self.pool_start(server_round, replies)
+            replied = self.reply_fields("train_replies", server_round, replies)
             self.method_step("after_aggregate", server_round)
             if new_arrays is not None:
                 arrays = new_arrays
@@ -447,18 +396,20 @@ class FederationRunner:
                 "unreachable-clients": self.clients.missing_clients(),  # no SuperNode this round
                 "train-loss": float(train_metrics["train-loss"]) if train_metrics else None,
                 **train_devices([reply for _, reply in replies]),
-                **start,
+                **replied,
             }
             if self.evaluates(server_round) and cfg.fuse_evaluate:
                 # reported now, as its state is this round's; the evaluation follows next phase
                 record.update(self._round_fields(server_round))
-                record.update(seconds=time.perf_counter() - round_start, **self._traffic())
+                record.update(seconds=time.perf_counter() - round_start,
+                              **self._traffic(server_round))
                 pending = record
             else:
                 if self.evaluates(server_round):
                     record.update(self.evaluate(server_round, arrays))
                 record.update(self._round_fields(server_round))
-                record.update(seconds=time.perf_counter() - round_start, **self._traffic())
+                record.update(seconds=time.perf_counter() - round_start,
+                              **self._traffic(server_round))
                 self._record_round(record)
             self._round_finished(server_round, arrays, time.perf_counter() - started, pending)
         if pending is not None:
@@ -474,23 +425,30 @@ class FederationRunner:
         are added to the round's."""
         phase_start = time.perf_counter()
         pending.update(self.evaluate(pending["round"], arrays))
-        traffic = self._traffic()
-        pending["phases"] = pending.get("phases", 0) + traffic["phases"]
-        for key in ("_down", "_up"):
-            merged = dict(pending.get(key, {}))
-            for client, value in traffic[key].items():
-                merged[client] = merged.get(client, 0) + value
-            pending[key] = merged
+        pending["phases"] = pending.get("phases", 0) + self._traffic(pending["round"])["phases"]
         pending["seconds"] += time.perf_counter() - phase_start
         self._record_round(pending)
         return None
 
-    def _traffic(self) -> dict[str, Any]:
-        """Bytes per client (`_down`, `_up`) and the number of exchanges with clients (`phases`)
-        since the last call, for the round being recorded."""
+    def _traffic(self, server_round: int) -> dict[str, Any]:
+        """The number of exchanges with clients (`phases`) since the last call, for the record of
+        round `server_round`; the bytes per client since then go to the callbacks
+        (`bytes_exchanged`)."""
         down, up = self.clients.take_traffic()
+        for callback in self.callbacks:
+            callback.bytes_exchanged(server_round, down, up)
         phases, self.clients.phases = self.clients.phases, 0
-        return {"_down": down, "_up": up, "phases": phases}
+        return {"phases": phases}
+
+    def resume(self) -> Any:
+        """Where the run continues (`server_app.callbacks.Resumed`), from the first callback that
+        resumes runs (checkpoints), every stateful component restored."""
+        for callback in self.callbacks:
+            resumed = callback.resume()
+            if resumed is not None:
+                return resumed
+        raise ResumeError("cannot resume: this run keeps no checkpoints (checkpoint-every = 0 or "
+                          "no checkpoint store); run without resume")
 
     def _record_round(self, record: dict[str, Any]) -> None:
         """Complete the round's record (callbacks: byte fields), write its rounds.jsonl line."""
@@ -529,15 +487,13 @@ class FederationRunner:
             "round-0": {k: self.recorder.rounds[0][k] for k in RESULT_KEYS
                         if k in self.recorder.rounds[0]},
             "seconds-per-round": statistics.median(r["seconds"] for r in rounds),
-            "bytes-per-round": int(statistics.median(r["bytes-down"] + r["bytes-up"] for r in rounds)),
             "total-seconds": total_seconds,
             "devices": sorted(set(devices.values())),
             **({"left-out-clients": self.clients.left_out_clients()} if left_out else {}),
             "clients": [
                 {"client-id": c, **({"name": names[c]} if c in names else {}),
                  **({"left-out": left_out[c][1]} if c in left_out else {}),
-                 **self.latest.get(c, {}), "bytes-down": down, "bytes-up": up,
-                 "device": devices.get(c, "")}
-                for c, (down, up) in sorted(self.traffic.totals.items())
+                 **self.latest.get(c, {}), "device": devices.get(c, "")}
+                for c in range(self.cfg.num_clients)
             ],
         }

@@ -23,21 +23,22 @@ def evaluate_config(**fields: Any) -> ConfigRecord:
     return EvaluateInstructions(**{**base, **fields}).config()
 
 
-def instruction_runner(method: str, strategy: Any = None, weight: float | None = None,
-                       **overrides: Any) -> Any:
-    """A FederationRunner holding only what its instruction builders (`train_config`,
-    `evaluate_config`, `safeguard_fields`, `pool_safeguard`, `pool_start`) read: the run config of
-    `method` with `overrides` (run-config keys), the strategy, the federation's safeguard weight and
-    its start (`StartEvidence` of the run config's `safeguard-start`)."""
-    from server_app.runner import FederationRunner
-    from strategies.shared.evidence import StartEvidence
+def safeguard_component(method: str, strategy: Any = None, weight: float | None = None,
+                        **overrides: Any) -> Any:
+    """The server's safeguard (`server_app.safeguard.Safeguard`) of a run of `method` with
+    `overrides` (run-config keys), attached to a run whose strategy is `strategy`, with the
+    federation's pooled `weight`."""
+    from pathlib import Path
+
+    from server_app.callbacks import RunView
+    from server_app.safeguard import Safeguard
     from strategies.shared.run_config import RunConfig, default_run_config
 
-    runner = FederationRunner.__new__(FederationRunner)
-    runner.cfg = RunConfig.from_flower({**default_run_config(), "method": method, **overrides})
-    runner.strategy, runner.safeguard_weight = strategy, weight
-    runner.safeguard_start = StartEvidence(runner.cfg.safeguard_start)
-    return runner
+    cfg = RunConfig.from_flower({**default_run_config(), "method": method, **overrides})
+    component = Safeguard(cfg)
+    component.attach(RunView(cfg, Path("."), strategy))
+    component.weight = weight
+    return component
 
 
 def consensus_strategy() -> Any:

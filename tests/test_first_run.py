@@ -18,7 +18,9 @@ import pytest
 from benchmarks.compare import compare
 from benchmarks.first_run import quick_start, stop_local_superlink
 from strategies.shared.run_config import RunConfig
-from server_app.reporting import REFERENCE, RESULTS_DIR, matching_comparison, comparison_hint
+from benchmarks.common import RESULTS_DIR
+from benchmarks.reference import package_reference
+from server_app.reporting import REFERENCE, REFERENCE_FILE, matching_comparison, comparison_hint
 from strategies.shared.run_config import default_run_config
 from tests.conftest import REPO
 from tests.simulation_superlink import free_port
@@ -63,6 +65,14 @@ def test_the_committed_default_job_comparison_has_the_default_settings():
         "--name default-job` and update the README's tables")
 
 
+def test_the_packaged_reference_numbers_are_those_of_the_committed_comparison():
+    """The summary's reference line reads server_app/reference.json (package data, shipped in the
+    FAB), never benchmarks/: it must say what results/default-job.json says."""
+    committed = package_reference(json.loads((RESULTS_DIR / f"{REFERENCE}.json").read_text()))
+    assert json.loads(REFERENCE_FILE.read_text()) == committed, (
+        "server_app/reference.json is stale: run `python -m benchmarks.reference`")
+
+
 def test_a_comparison_writes_a_report_linking_each_run_report_and_the_hint_uses_it(tmp_path):
     settings = {"dataset": "synthetic", "partition": "label-clusters", "num-clusters": 2,
                 "num-clients": 4, "num-rounds": 1, "model": "mclr", "max-samples-per-client": 40}
@@ -78,14 +88,15 @@ def test_a_comparison_writes_a_report_linking_each_run_report_and_the_hint_uses_
 
     config = json.loads((runs / "sfl" / "config.json").read_text())
     fedavg = summaries[1]["final"]["personalized"]["mean"]
-    hint = comparison_hint(summaries[0], config, results=results)
+    reference = results / f"{REFERENCE}.json"
+    hint = comparison_hint(summaries[0], config, reference)
     assert f"fedavg {fedavg:.2f}" in hint and "sfl " not in hint.split("\n")[1]
     # the run's own committed number beside the others, and whether the run reproduced it
     assert f"this job's committed result: sfl {summaries[0]['final']['personalized']['mean']:.2f}" in hint
     assert hint.endswith("(the same)")
     moved = {**summaries[0], "final": {**summaries[0]["final"], "personalized": {"mean": 1.0}}}
-    assert "(differs: personalized " in comparison_hint(moved, config, results=results)
-    changed = comparison_hint(summaries[0], {**config, "num-rounds": 3}, results=results)
+    assert "(differs: personalized " in comparison_hint(moved, config, reference)
+    changed = comparison_hint(summaries[0], {**config, "num-rounds": 3}, reference)
     assert "python -m benchmarks.compare --methods sfl,fedavg,local" in changed
     assert "--set num-rounds=3" in changed and "--set num-clients=4" in changed
 
@@ -150,9 +161,9 @@ def test_readme_main_command_streams_the_run_and_writes_a_report(tmp_path):
     assert page.count("<tr>") >= summary["num-clients"] + summary["rounds"] + 1
 
 
-def test_the_fab_ships_the_app_packages_and_the_reference_comparison_only():
-    """Every deployed message carries the FAB: the five app packages and the default job's
-    reference comparison (read by the summary's reference line), nothing from tests or benchmarks."""
+def test_the_fab_ships_the_app_packages_only():
+    """Every deployed message carries the FAB: the five app packages (with the default job's
+    reference numbers, server_app/reference.json), nothing from tests or benchmarks."""
     import io
     import zipfile
 
@@ -160,6 +171,6 @@ def test_the_fab_ships_the_app_packages_and_the_reference_comparison_only():
 
     names = zipfile.ZipFile(io.BytesIO(build_fab_from_disk(REPO))).namelist()
     top = {name.split("/")[0] for name in names if "/" in name and not name.startswith(".info/")}
-    assert top == {"server_app", "client_app", "strategies", "models", "datasets", "benchmarks"}
-    assert [n for n in names if n.startswith("benchmarks/")] == [f"benchmarks/results/{REFERENCE}.json"]
+    assert top == {"server_app", "client_app", "strategies", "models", "datasets"}
+    assert "server_app/reference.json" in names
     assert "server_app/app.py" in names and "client_app/app.py" in names

@@ -267,8 +267,8 @@ def test_only_the_complete_graph_asks_clients_for_the_safeguard_margin():
     """Without groups FLT hands every client FedAvg's model: its train and evaluate instructions then
     carry `safeguard-margin` (a client leaves the consensus only on clear evidence); with a graph,
     with the safeguard off, or with margin 0 they do not."""
-    from builders import instruction_runner
-    from strategies.shared.messages import EvaluateInstructions, TrainInstructions
+    from builders import safeguard_component
+    from strategies.shared.evidence import SAFEGUARD, SafeguardInstructions
 
     rng = np.random.default_rng(3)
     common = rng.normal(size=(2, 32)) * 8
@@ -276,9 +276,10 @@ def test_only_the_complete_graph_asks_clients_for_the_safeguard_margin():
     flt = FLT(18, 0.5, FLTSection(), input_shape=(1, 28, 28))
 
     def margins(**overrides):
-        runner = instruction_runner("flt", flt, **overrides)
-        return (TrainInstructions.read(runner.train_config(2).config()).safeguard_margin,
-                EvaluateInstructions.read(runner.evaluate_config(2).config()).safeguard_margin)
+        component = safeguard_component("flt", flt, **overrides)
+        return tuple(SafeguardInstructions.read(records[SAFEGUARD]).margin
+                     if (records := component.request_records(kind, 2)) else None
+                     for kind in ("train", "evaluate"))
 
     assert margins(**{"safeguard-margin": 1.5}) == (None, None)  # before FCR: no graph yet
     flt.relatedness = form_client_relatedness(noisy, 18, gamma=1.0, relative_gamma=0.05,
@@ -301,8 +302,8 @@ def test_the_consensus_tells_clients_its_round_and_mass_so_they_can_take_their_u
     own update can be taken out of it (`client_app.safeguard.without_own_update`)."""
     from flwr.app import ArrayRecord, RecordDict
 
-    from builders import instruction_runner
-    from strategies.shared.messages import PERSONAL, EvaluateInstructions, TrainInstructions
+    from builders import safeguard_component
+    from strategies.shared.messages import PERSONAL
 
     rng = np.random.default_rng(3)
     common = rng.normal(size=(2, 32)) * 8
@@ -321,14 +322,11 @@ def test_the_consensus_tells_clients_its_round_and_mass_so_they_can_take_their_u
     assert flt.consensus_mass() == (7, 40.0, [1, 4])
     consensus = flt.personal_arrays(0)["w"].numpy()
     np.testing.assert_allclose(consensus, (10 * np.array([1, 2, 3]) + 30 * np.array([4, 0, -1])) / 40)
-    train = TrainInstructions.read(instruction_runner("flt", flt).train_config(8).config())
-    evaluate = EvaluateInstructions.read(instruction_runner("flt", flt).evaluate_config(7).config())
-    for ins in (train, evaluate):
-        assert (ins.safeguard_send_slice, ins.safeguard_consensus_round,
-                ins.safeguard_consensus_examples, ins.safeguard_consensus_clients) == (True, 7, 40.0, [1, 4])
-    off = TrainInstructions.read(instruction_runner(
-        "flt", flt, **{"safeguard-send-slice": False}).train_config(8).config())
-    assert (off.safeguard_send_slice, off.safeguard_consensus_round) == (None, None)
+    ins = safeguard_component("flt", flt).instructions()  # the same in train and evaluate requests
+    assert (ins.send_slice, ins.consensus_round, ins.consensus_examples,
+            ins.consensus_clients) == (True, 7, 40.0, [1, 4])
+    off = safeguard_component("flt", flt, **{"safeguard-send-slice": False}).instructions()
+    assert (off.send_slice, off.consensus_round) == (None, None)
 
 
 def test_flt_discovers_the_clusters_and_beats_fedavg_without_labels_leaving_clients(tmp_path):

@@ -426,30 +426,54 @@ def test_declared_model_records_are_accepted_and_checked_undeclared_ones_are_dro
 
 
 def test_a_checkpoint_keeps_the_federations_safeguard_weight_and_start(tmp_path):
-    """The federation's pooled weight and start (server state) survive a resume: the restored runner
-    sends the weight of the interrupted run, not the consensus's 1, and its clients train from their
-    mixes if the interrupted run had switched to them, with its next instructions."""
-    from types import SimpleNamespace
+    """The federation's pooled weight and start (the safeguard's own state) survive a resume: the
+    restored component sends the weight of the interrupted run, not the consensus's 1, and its
+    clients train from their mixes if the interrupted run had switched to them."""
+    from builders import consensus_strategy, safeguard_component
+    from server_app.callbacks import Checkpointing, RunView
 
-    from builders import consensus_strategy, instruction_runner
-    from server_app.callbacks import Checkpointing, TrafficCount
-    from strategies.shared.messages import TrainInstructions
+    def checkpointing(component):
+        callback = Checkpointing(CheckpointStore(tmp_path))
+        callback.attach(RunView(component.cfg, tmp_path, None, parts={"safeguard": component}))
+        return callback
 
-    def runner(weight):
-        r = instruction_runner("flt", consensus_strategy(), weight)
-        r.latest = {}
-        r.recorder = SimpleNamespace(rounds=[{"round": 1}], restore=lambda rounds: None)
-        return r
+    interrupted = safeguard_component("flt", consensus_strategy(), 0.25)
+    interrupted.start.pool(3, [(9.0, 9.0)], 1.0)  # 3 standard errors: the mix from now on
+    checkpointing(interrupted).round_finished(interrupted.cfg.num_rounds, ArrayRecord(), 1.0, None)
+    resumed = safeguard_component("flt", consensus_strategy())
+    assert resumed.instructions().train_consensus
+    point = checkpointing(resumed).resume()
+    assert (point.server_round, point.seconds, point.pending) == (interrupted.cfg.num_rounds, 1.0, None)
+    assert resumed.weight == 0.25
+    assert (resumed.start.switched, resumed.start.gain) == (3, 9.0)
+    sent = resumed.instructions()
+    assert sent.weight == 0.25 and sent.train_consensus is None
 
-    store = CheckpointStore(tmp_path)
-    interrupted = runner(0.25)
-    interrupted.safeguard_start.pool(3, [(9.0, 9.0)], 1.0)  # 3 standard errors: the mix from now on
-    Checkpointing(interrupted, store, TrafficCount(2)).round_finished(
-        interrupted.cfg.num_rounds, ArrayRecord(), 1.0, None)
-    resumed = runner(None)
-    assert TrainInstructions.read(resumed.train_config(2).config()).safeguard_train_consensus
-    Checkpointing(resumed, store, TrafficCount(2)).restore()
-    assert resumed.safeguard_weight == 0.25
-    assert (resumed.safeguard_start.switched, resumed.safeguard_start.gain) == (3, 9.0)
-    sent = TrainInstructions.read(resumed.train_config(2).config())
-    assert sent.safeguard_weight == 0.25 and sent.safeguard_train_consensus is None
+
+def test_a_checkpoint_holds_each_components_own_state_and_names_what_it_lacks(tmp_path):
+    """Checkpointing saves every stateful component under its name and restores each from it; a
+    checkpoint without a component's state cannot resume the run."""
+    from server_app.callbacks import Checkpointing, ResumeError, RunView, TrafficCount
+    from strategies.shared.run_config import RunConfig, default_run_config
+
+    cfg = RunConfig.from_flower(default_run_config())
+    traffic = TrafficCount(2)
+    traffic.bytes_exchanged(1, {0: 5, 1: 7}, {0: 2})
+    traffic.completing_round({"round": 1, "seconds": 0.5})
+    traffic.bytes_exchanged(2, {1: 3}, {})  # a round whose record is still open
+    saving = Checkpointing(CheckpointStore(tmp_path))
+    saving.attach(RunView(cfg, tmp_path, None, parts={"traffic": traffic}))
+    saving.round_finished(cfg.num_rounds, ArrayRecord(), 2.0, {"round": 2})
+    restored = TrafficCount(2)
+    loading = Checkpointing(CheckpointStore(tmp_path))
+    loading.attach(RunView(cfg, tmp_path, None, parts={"traffic": restored}))
+    assert loading.resume().pending == {"round": 2}
+    assert restored.totals == {0: [5, 2], 1: [7, 0]} and restored.open == {2: ({1: 3}, {})}
+    record = {"round": 2, "seconds": 1.0}
+    restored.completing_round(record)
+    assert (record["bytes-down"], record["bytes-up"]) == (3, 0)
+    lacking = Checkpointing(CheckpointStore(tmp_path))
+    lacking.attach(RunView(cfg, tmp_path, None, parts={"traffic": TrafficCount(2),
+                                                       "safeguard": traffic}))
+    with pytest.raises(ResumeError, match="no state of safeguard"):
+        lacking.resume()

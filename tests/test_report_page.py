@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from server_app.report_page import write_run_report
-from server_app.reporting import REFERENCE, RESULTS_DIR, comparison_hint
+from benchmarks.common import RESULTS_DIR
+from server_app.reporting import REFERENCE, comparison_hint
 
 
 def table_after(page: str, heading_start: str) -> tuple[list[str], list[list[str]]]:

@@ -5,25 +5,28 @@ from __future__ import annotations
 
 import math
 import uuid
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 from flwr.app import ArrayRecord, Context, Message, RecordDict
 
-from client_app import safeguard
+from client_app import layers, safeguard
 from client_app.app import app as client_app
 from client_app.runtime import ClientRuntime, client_runtime
 from client_app.training import evaluate as evaluate_model
 from models import build_model
 from server_app.harness.local_grid import LocalGrid
+from strategies.shared.evidence import (SAFEGUARD, SafeguardEvaluateReply, SafeguardInstructions,
+                                        SafeguardTrainReply)
 from strategies.shared.messages import (
     CONFIG, EVALUATE, GLOBAL, METRICS, PERSONAL, TRAIN_LOCAL, EvaluateInstructions, EvaluateReply,
     with_client
 )
 from strategies.shared.registry import METHODS
 from strategies.shared.run_config import RunConfig, default_run_config
-from tests.builders import (consensus_strategy, evaluate_config, instruction_runner,
+from tests.builders import (consensus_strategy, evaluate_config, safeguard_component,
                             train_config)
 
 GUARD = {"safeguard_holdout": 0.25, "safeguard_grid": 5}
@@ -61,6 +64,25 @@ def _runtime(context: Context) -> ClientRuntime:
     return client_runtime(_message({}, TRAIN_LOCAL), context)
 
 
+def _split(fields: dict) -> tuple[dict, dict]:
+    """(config fields, `safeguard` record fields) of test fields: `safeguard_<x>` is the record's `x`."""
+    guard = {k.removeprefix("safeguard_"): v for k, v in fields.items() if k.startswith("safeguard_")}
+    return {k: v for k, v in fields.items() if not k.startswith("safeguard_")}, guard
+
+
+def _guard(**fields) -> SafeguardInstructions | None:
+    """The `safeguard` record of test fields (None: none, the safeguard is off)."""
+    guard = _split(fields)[1]
+    return SafeguardInstructions(**guard) if guard else None
+
+
+def _records(config, **fields) -> dict:
+    """A request's `config` and, where the fields turn the safeguard on, its `safeguard` record."""
+    plain, guard = _split(fields)
+    return {CONFIG: config(**plain),
+            **({SAFEGUARD: SafeguardInstructions(**guard).config()} if guard else {})}
+
+
 def test_holdout_is_a_fixed_disjoint_slice_of_at_least_one_sample():
     train, held = safeguard.holdout_index(80, 0.1, 3, 5)
     assert len(held) == 8 and len(train) == 72
@@ -87,17 +109,17 @@ def test_off_or_without_an_own_model_the_received_model_is_used_unchanged(node):
     cfg, context = node
     rt = _runtime(context)
     received = {PERSONAL: _model(cfg, 1)}
-    off = train_config()
     from strategies.shared.messages import TrainInstructions
-    ins_off, ins_on = TrainInstructions.read(off), TrainInstructions.read(train_config(**GUARD))
-    assert safeguard.choose(rt, context, ins_off, received)[0] is received[PERSONAL]
-    assert safeguard.choose(rt, context, ins_on, received)[0] is received[PERSONAL]  # no own yet
-    assert safeguard.train_index(rt, ins_off) is None
-    assert len(safeguard.train_index(rt, ins_on)) == len(rt.data.train_y) - _held(context)
+    ins, guard = TrainInstructions.read(train_config()), _guard(**GUARD)
+    assert safeguard.choose(rt, context, ins, None, received)[0] is received[PERSONAL]
+    assert safeguard.choose(rt, context, ins, guard, received)[0] is received[PERSONAL]  # no own yet
+    assert layers.active().train_index(rt, ins) is None  # outside the layer: every sample
+    assert len(safeguard.train_index(rt, ins, guard)) == len(rt.data.train_y) - _held(context)
 
 
 def _train(context: Context, start: ArrayRecord, **fields) -> Message:
-    reply = client_app(_message({PERSONAL: start, CONFIG: train_config(**fields)}, TRAIN_LOCAL), context)
+    reply = client_app(_message({PERSONAL: start, **_records(train_config, **fields)}, TRAIN_LOCAL),
+                       context)
     assert not reply.has_error(), reply.error
     return reply
 
@@ -115,11 +137,17 @@ def test_training_keeps_the_own_model_and_uses_only_the_train_part(node):
     assert int(off.content[METRICS]["num-examples"]) == n  # off: every sample, nothing kept
 
 
-def _evaluate(context: Context, personal: ArrayRecord, **fields) -> EvaluateReply:
-    reply = client_app(_message({PERSONAL: personal, CONFIG: evaluate_config(**fields)}, EVALUATE),
-                       context)
+def _evaluate(context: Context, personal: ArrayRecord, **fields) -> SimpleNamespace:
+    """The reply's `metrics` (`EvaluateReply`) and its `safeguard` record's fields as `safeguard_<x>`
+    (None where absent)."""
+    reply = client_app(_message({PERSONAL: personal, **_records(evaluate_config, **fields)},
+                                EVALUATE), context)
     assert not reply.has_error(), reply.error
-    return EvaluateReply.read(reply.content[METRICS])
+    guard = (dict(SafeguardEvaluateReply.read(reply.content[SAFEGUARD]))
+             if SAFEGUARD in reply.content else {})
+    return SimpleNamespace(**dict(EvaluateReply.read(reply.content[METRICS])),
+                           **{f"safeguard_{k}": guard.get(k)
+                              for k in SafeguardEvaluateReply.model_fields})
 
 
 def test_a_useless_received_model_is_replaced_by_the_own_model(node):
@@ -193,21 +221,17 @@ def test_without_clear_evidence_a_client_takes_the_federation_weight_and_reports
     assert plain.safeguard_gains is None  # without a margin nothing is reported
 
 
-def test_the_runner_pools_the_reported_gains_into_the_next_instructions():
-    from strategies.shared.messages import EvaluateReply, TrainInstructions
-
-    runner = instruction_runner("flt", consensus_strategy())
-    plain = EvaluateReply(num_examples=10, correct=5, loss=1.0, accuracy=0.5, safeguard_own=0.0)
-    assert not runner.pool_safeguard([plain]) and runner.safeguard_weight is None
-    gain = EvaluateReply(num_examples=10, correct=5, loss=1.0, accuracy=0.5, safeguard_own=0.0,
-                         safeguard_gains=[0.0, 1.0, 2.0, 1.0], safeguard_squares=[4.0, 3.0, 2.0, 1.0])
-    assert runner.pool_safeguard([gain] * 5)  # a = 0.5: 10 > 1.75·√10 (four weights, margin 1)
-    assert runner.safeguard_weight == 0.5
-    sent = TrainInstructions.read(runner.train_config(3).config())
-    assert sent.safeguard_weight == 0.5
-    worse = EvaluateReply(num_examples=10, correct=5, loss=1.0, accuracy=0.5, safeguard_own=0.0,
-                          safeguard_gains=[-2.0] * 4, safeguard_squares=[2.0] * 4)
-    assert runner.pool_safeguard([worse] * 5) and runner.safeguard_weight == 1.0
+def test_the_server_pools_the_reported_gains_into_the_next_instructions():
+    component = safeguard_component("flt", consensus_strategy())
+    plain = SafeguardEvaluateReply(own=0.0)
+    assert not component.pool([plain]) and component.weight is None
+    gain = SafeguardEvaluateReply(own=0.0, gains=[0.0, 1.0, 2.0, 1.0], squares=[4.0, 3.0, 2.0, 1.0])
+    assert component.pool([gain] * 5)  # a = 0.5: 10 > 1.75·√10 (four weights, margin 1)
+    assert component.weight == 0.5
+    sent = SafeguardInstructions.read(component.request_records("train", 3)[SAFEGUARD])
+    assert sent.weight == 0.5
+    worse = SafeguardEvaluateReply(own=0.0, gains=[-2.0] * 4, squares=[2.0] * 4)
+    assert component.pool([worse] * 5) and component.weight == 1.0
 
 
 def test_the_start_switches_to_the_mix_once_the_own_models_are_clearly_better():
@@ -227,36 +251,36 @@ def test_the_start_switches_to_the_mix_once_the_own_models_are_clearly_better():
     assert not StartEvidence("mix").from_consensus
 
 
-def test_the_runner_pools_the_start_evidence_of_the_train_replies(node):  # node: task identity
-    from strategies.shared.messages import TrainInstructions, TrainReply
+def test_the_server_pools_the_start_evidence_of_the_train_replies(node):  # node: task identity
+    from strategies.shared.messages import TrainReply
 
     def replies(*reports):
-        return [(client, _message({METRICS: TrainReply(
-            num_examples=10, train_loss=1.0, safeguard_start_gain=gain,
-            safeguard_start_square=square).metrics()}, TRAIN_LOCAL))
-            for client, (gain, square) in enumerate(reports)]
+        return [(client, _message({
+            METRICS: TrainReply(num_examples=10, train_loss=1.0).metrics(),
+            SAFEGUARD: SafeguardTrainReply(start_gain=gain, start_square=square).config()},
+            TRAIN_LOCAL)) for client, (gain, square) in enumerate(reports)]
 
-    def start(runner, server_round):
-        return TrainInstructions.read(runner.train_config(server_round).config()
-                                      ).safeguard_train_consensus
+    def start(component, server_round):
+        records = component.request_records("train", server_round)
+        return SafeguardInstructions.read(records[SAFEGUARD]).train_consensus if records else None
 
-    runner = instruction_runner("flt", consensus_strategy())
-    assert start(runner, 2)
-    assert runner.pool_start(2, replies((1.0, 4.0))) == {
+    component = safeguard_component("flt", consensus_strategy())
+    assert start(component, 2)
+    assert component.train_replies(2, replies((1.0, 4.0))) == {
         "safeguard-start": 1.0, "safeguard-start-evidence": 0.5}
-    record = runner.pool_start(3, replies((3.0, 3.0), (2.0, 2.0)))  # 6 / √9: 2 > 1
+    record = component.train_replies(3, replies((3.0, 3.0), (2.0, 2.0)))  # 6 / √9: 2 > 1
     assert record["safeguard-start-evidence"] == pytest.approx(2.0)
-    assert start(runner, 4) is None  # the own models are clearly better: the mix from now on
-    assert runner.pool_start(4, replies())["safeguard-start"] == 0.0
-    mix = instruction_runner("flt", consensus_strategy(), **{"safeguard-start": "mix"})
+    assert start(component, 4) is None  # the own models are clearly better: the mix from now on
+    assert component.train_replies(4, replies())["safeguard-start"] == 0.0
+    mix = safeguard_component("flt", consensus_strategy(), **{"safeguard-start": "mix"})
     assert start(mix, 2) is None
-    consensus = instruction_runner("flt", consensus_strategy(), **{"safeguard-start": "consensus"})
-    consensus.pool_start(2, replies((9.0, 9.0)))
+    consensus = safeguard_component("flt", consensus_strategy(), **{"safeguard-start": "consensus"})
+    consensus.train_replies(2, replies((9.0, 9.0)))
     assert start(consensus, 3)
-    assert instruction_runner("flt").pool_start(2, replies((1.0, 1.0))) == {}  # no consensus
+    assert safeguard_component("flt").train_replies(2, replies((1.0, 1.0))) == {}  # no consensus
     for off in ({"safeguard": "off"}, {"safeguard-margin": 0.0}):
-        runner = instruction_runner("flt", consensus_strategy(), **off)
-        assert runner.pool_start(2, replies((1.0, 1.0))) == {} and not start(runner, 2)
+        component = safeguard_component("flt", consensus_strategy(), **off)
+        assert component.train_replies(2, replies((1.0, 1.0))) == {} and not start(component, 2)
 
 
 def test_from_the_consensus_a_client_trains_it_and_keeps_the_better_of_it_and_its_own(node):
@@ -272,9 +296,9 @@ def test_from_the_consensus_a_client_trains_it_and_keeps_the_better_of_it_and_it
         _train(context, start, server_round=round_, **GUARD)
     good = safeguard.own_model(context, 0)
     fields = dict(**GUARD, safeguard_margin=1.0, safeguard_train_consensus=True, server_round=6)
-    ins = TrainInstructions.read(train_config(**fields))
+    ins = TrainInstructions.read(train_config(server_round=6))
     rt = _runtime(context)
-    xv, yv = safeguard.held_out(rt, ins)
+    xv, yv = safeguard.held_out(rt, ins, _guard(**fields))
 
     def on_slice(record):
         return safeguard._per_sample(rt.model(record), xv, yv, ins.batch_size)
@@ -288,11 +312,11 @@ def test_from_the_consensus_a_client_trains_it_and_keeps_the_better_of_it_and_it
                     state=RecordDict(), run_config=context.run_config)
     alone = _train(fresh, received, **fields)  # no own model yet: it trains the received model
     assert same(reply.content[PERSONAL], alone.content[PERSONAL])
-    assert "safeguard-start-gain" not in alone.content[METRICS]
+    assert SAFEGUARD not in alone.content
     gain = safeguard._gain(on_slice(good), on_slice(reply.content[PERSONAL]))
-    metrics = reply.content[METRICS]
-    assert metrics["safeguard-start-gain"] == pytest.approx(float(gain.sum())) and gain.sum() > 0
-    assert metrics["safeguard-start-square"] == pytest.approx(float((gain**2).sum()))
+    evidence = reply.content[SAFEGUARD]
+    assert evidence["start-gain"] == pytest.approx(float(gain.sum())) and gain.sum() > 0
+    assert evidence["start-square"] == pytest.approx(float((gain**2).sum()))
     assert same(safeguard.own_model(context, 0), good)  # worse on the slice: the own model stays
     x, y = rt.tensors("train")
     strong = rt.model(good)
@@ -304,17 +328,16 @@ def test_from_the_consensus_a_client_trains_it_and_keeps_the_better_of_it_and_it
     trained = reply.content[PERSONAL]
     assert safeguard._summary(on_slice(trained)) >= safeguard._summary(on_slice(good))
     assert same(safeguard.own_model(context, 0), trained)  # at least as good: it is the own model
-    assert reply.content[METRICS]["safeguard-start-gain"] <= 0.0
+    assert reply.content[SAFEGUARD]["start-gain"] <= 0.0
 
 
 def test_the_round_record_counts_the_clients_that_answered_fine_tuned(node):  # node: task identity
-    runner = instruction_runner("flt", consensus_strategy())
-    runner.latest = {}
+    component = safeguard_component("flt", consensus_strategy())
     replies = [(client, _message({METRICS: EvaluateReply(
-        num_examples=10, correct=5, loss=1.0, accuracy=0.5, finetuned_accuracy=0.6,
-        safeguard_own=own, safeguard_finetuned=tuned).metrics()}, EVALUATE))
+        num_examples=10, correct=5, loss=1.0, accuracy=0.5, finetuned_accuracy=0.6).metrics(),
+        SAFEGUARD: SafeguardEvaluateReply(own=own, finetuned=tuned).config()}, EVALUATE))
         for client, (own, tuned) in enumerate([(0.0, 1.0), (0.5, 0.0), (0.25, 1.0)])]
-    record = runner.evaluation_record(2, replies)
+    record = component.evaluate_replies(2, replies)
     assert record["safeguard-finetuned"] == 2 and record["safeguard-mixed"] == 2
     assert record["safeguard-own"] == pytest.approx(0.25)
 
@@ -358,15 +381,29 @@ def test_a_received_model_is_scored_once_per_own_model(node, monkeypatch):
     assert defaults.safeguard_grid * defaults.safeguard_holdout == pytest.approx(0.5)
 
 
-def test_runner_sends_the_safeguard_only_to_graph_methods():
+def test_the_server_sends_the_safeguard_only_to_graph_methods():
     graph = {name for name, m in METHODS.items() if m.safeguard}
     assert graph == {"flt", "sfl", "sfl-star", "fedska", "fedu"}
     for method, expected in (("sfl", True), ("fedavg", False), ("local", False)):
-        fields = instruction_runner(method).safeguard_fields()
-        assert bool(fields) == expected
-        if expected:
-            assert fields == {"safeguard_holdout": 0.1, "safeguard_grid": 5}
-    assert instruction_runner("sfl", weight=0.5, safeguard="off").safeguard_fields() == {}
+        for kind in ("train", "evaluate"):
+            records = safeguard_component(method).request_records(kind, 2)
+            assert bool(records) == expected
+            if expected:
+                assert dict(records[SAFEGUARD]) == {"holdout": 0.1, "grid": 5}
+    assert safeguard_component("sfl", weight=0.5, safeguard="off").request_records("train", 2) == {}
+
+
+def test_the_client_layer_is_named_by_the_record_it_reads():
+    """The ClientApp enters the safeguard's layer for requests carrying its record, and imports
+    nothing of it for others (FedAvg's path)."""
+    assert layers.LAYERS == {SAFEGUARD: "client_app.safeguard:around"}
+    import subprocess
+    import sys
+    code = ("import sys, client_app.app, client_app.methods.fedavg, client_app.local_update, "
+            "client_app.evaluation; print('client_app.safeguard' in sys.modules, "
+            "'strategies.shared.evidence' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
 
 
 def test_bad_safeguard_settings_fail_naming_the_key():
@@ -393,16 +430,16 @@ def test_evaluation_fine_tunes_the_used_model_and_keeps_it_as_the_own_model(node
 def test_the_fine_tuned_model_answers_exactly_where_the_held_out_slice_prefers_it(node):
     cfg, context = node
     rt = _runtime(context)
-    ins = EvaluateInstructions.read(evaluate_config(**GUARD))
+    ins, guard = EvaluateInstructions.read(evaluate_config()), _guard(**GUARD)
     mixed = _model(cfg, 3)
     tuned = rt.model(_model(cfg, 2))
-    xv, yv = safeguard.held_out(rt, ins)
+    xv, yv = safeguard.held_out(rt, ins, guard)
     assert len(yv) == _held(context)
     score = tuple(safeguard._summary(safeguard._per_sample(tuned, xv, yv, ins.batch_size)))
     assert len(score) == 2 and 0.0 <= score[0] <= 1.0  # [accuracy, −loss]
 
-    def prefers(score: tuple[float, ...], instructions=ins) -> bool:
-        return safeguard.prefers_finetuned(rt, instructions, safeguard.Choice(PERSONAL, 0.5, score=score),
+    def prefers(score: tuple[float, ...]) -> bool:
+        return safeguard.prefers_finetuned(rt, ins, guard, safeguard.Choice(PERSONAL, 0.5, score=score),
                                            mixed, tuned)
 
     assert not prefers(())  # nothing tested (no own model yet): the received model answers
@@ -421,19 +458,20 @@ def test_with_a_margin_the_fine_tuned_model_answers_only_if_clearly_better(node)
     useless = {k: torch.zeros_like(v) for k, v in good.to_torch_state_dict().items()}
     useless[[k for k in useless if k.endswith("bias")][-1]][9] = 100.0  # always says 9
     assert 9 not in _runtime(context).data.train_y.tolist()
-    consensus = EvaluateInstructions.read(evaluate_config(safeguard_margin=1.0, **GUARD))
+    ins, consensus = EvaluateInstructions.read(evaluate_config()), _guard(safeguard_margin=1.0, **GUARD)
     anything = safeguard.Choice(PERSONAL, 1.0, score=(1.0, 0.0))  # its score is not the test here
-    assert safeguard.prefers_finetuned(rt, consensus, anything, ArrayRecord(useless), rt.model(good))
+    assert safeguard.prefers_finetuned(rt, ins, consensus, anything, ArrayRecord(useless),
+                                       rt.model(good))
     # the same model on both sides: no sample differs, no evidence, the mix answers
-    assert not safeguard.prefers_finetuned(rt, consensus, anything, good, rt.model(good))
+    assert not safeguard.prefers_finetuned(rt, ins, consensus, anything, good, rt.model(good))
     # the useless model fine-tuned against a good mix: worse, so the mix answers
-    assert not safeguard.prefers_finetuned(rt, consensus, anything, good,
+    assert not safeguard.prefers_finetuned(rt, ins, consensus, anything, good,
                                            rt.model(ArrayRecord(useless)))
     # the mix's per-sample result that the choice carries is used, not counted again
-    xv, yv = safeguard.held_out(rt, consensus)
+    xv, yv = safeguard.held_out(rt, ins, consensus)
     carried = safeguard.Choice(PERSONAL, 1.0, score=(1.0, 0.0), held=safeguard._per_sample(
         rt.model(ArrayRecord(useless)), xv, yv, 32))
-    assert safeguard.prefers_finetuned(rt, consensus, carried, good, rt.model(good))
+    assert safeguard.prefers_finetuned(rt, ins, consensus, carried, good, rt.model(good))
 
 
 @pytest.mark.parametrize("prefers", [True, False])
@@ -442,7 +480,7 @@ def test_the_evaluation_reports_the_model_the_held_out_slice_chose(node, monkeyp
     _train(context, _model(cfg, 1), **GUARD)
     seen = []
 
-    def decide(rt, ins, choice, mixed, tuned):
+    def decide(rt, ins, guard, choice, mixed, tuned):
         seen.append(choice)
         return prefers
 
@@ -494,8 +532,8 @@ def test_a_client_scores_with_the_consensus_less_its_own_update(node):
     consensus = ArrayRecord({k: (n * sent[k] + 3 * n * others[k]) / (4 * n) for k in sent})
 
     def loo(**fields):
-        ins = EvaluateInstructions.read(evaluate_config(**GUARD, safeguard_margin=1.0, **fields))
-        return safeguard.without_own_update(context, 0, ins, consensus).to_torch_state_dict()
+        guard = _guard(**GUARD, safeguard_margin=1.0, **fields)
+        return safeguard.without_own_update(context, 0, guard, consensus).to_torch_state_dict()
 
     held = {"safeguard_consensus_clients": [0, 2, 5]}  # whose replies the consensus averaged
     for key, value in loo(safeguard_consensus_round=3, safeguard_consensus_examples=4.0 * n,
@@ -511,11 +549,11 @@ def test_a_client_scores_with_the_consensus_less_its_own_update(node):
             assert torch.equal(value, unchanged[key])
     # the choice tests the mixes with it: a consensus that is only its own update plus the others'
     # mean scores as the others' mean (the own model and the others' mean: the same mix choice)
-    ins = EvaluateInstructions.read(evaluate_config(
-        **GUARD, safeguard_margin=1.0, safeguard_consensus_round=3,
-        safeguard_consensus_examples=4.0 * n, safeguard_consensus_clients=[0, 2, 5]))
+    ins = EvaluateInstructions.read(evaluate_config())
+    guard = _guard(**GUARD, safeguard_margin=1.0, safeguard_consensus_round=3,
+                   safeguard_consensus_examples=4.0 * n, safeguard_consensus_clients=[0, 2, 5])
     rt = _runtime(context)
-    _, with_loo = safeguard.choose(rt, context, ins, {PERSONAL: consensus})
-    fresh_ins = EvaluateInstructions.read(evaluate_config(**GUARD, safeguard_margin=1.0))
-    _, direct = safeguard.choose(rt, context, fresh_ins, {PERSONAL: ArrayRecord(others)})
+    _, with_loo = safeguard.choose(rt, context, ins, guard, {PERSONAL: consensus})
+    fresh = _guard(**GUARD, safeguard_margin=1.0)
+    _, direct = safeguard.choose(rt, context, ins, fresh, {PERSONAL: ArrayRecord(others)})
     assert with_loo.weight == direct.weight and with_loo.gains == pytest.approx(direct.gains)

@@ -251,7 +251,7 @@ def test_a_resumed_scaffold_run_restores_c_and_every_c_i(tmp_path):
     simulate(_run(tmp_path / "cut", "scaffold", **{**extra, "num-rounds": 1}))
     store = CheckpointStore(tmp_path / "cut" / "run" / "checkpoints")
     state = store.load(1)
-    strategy = state["strategy"]
+    strategy = state["parts"]["federation"]["strategy"]
     assert isinstance(strategy, Scaffold) and strategy.control.abs().sum() > 0
     trained = strategy.client_controls.abs().sum(dim=1) > 0
     assert int(trained.sum()) == 3  # fraction-train 0.5 of 6 clients

@@ -13,9 +13,9 @@ recomputed from (seed, client id), and the head of the global model comes with e
   record; a `head` record for the gradient at its `graph_target`) and its reply their answers, computed
   before training with the same functions (`slot_features`, `slot_loss_gradient`).
 
-With the safeguard on (`client_app.safeguard`), training starts from the best mix of the client's own
-last model with the received start (u_k or w̄) and runs outside the held-out slice; the slot answers
-and the descriptor still cover the whole train split.
+A layer the request turns on (the safeguard, `client_app.layers`) may choose the start (e.g. a mix of
+the client's own last model with u_k or w̄) and the train samples (outside its held-out slice); the
+slot answers and the descriptor still cover the whole train split.
 
 Slots (§3 [D]): π is a seeded permutation of the client's train indices; slot l ↦ sample π(l mod N).
 """
@@ -28,7 +28,7 @@ from flwr.app import Array, ArrayRecord, Context, Message, RecordDict
 from torch import nn
 from torch.nn import functional as F
 
-from client_app import safeguard
+from client_app.layers import active
 from client_app.runtime import ClientRuntime, client_runtime, model_record
 from client_app.training import seeded_generator, task_loss, train_epochs
 from models import build_model
@@ -167,11 +167,12 @@ def train(message: Message, context: Context) -> Message:
     received = {GLOBAL: content[GLOBAL]}
     if EMBED_MODEL in content:  # start = graph: w̄ travels as the embedding model
         received[EMBED_MODEL] = content[EMBED_MODEL]
-    start, _ = safeguard.choose(rt, context, ins, received)
+    layer = active()
+    start = layer.start(rt, ins, received)
     model = rt.model(start)
     x, y = rt.tensors("train")
     permutation = slot_permutation(ins.seed, rt.client_id, len(y))
-    index = safeguard.train_index(rt, ins)  # None: every sample; else outside the held-out slice
+    index = layer.train_index(rt, ins)  # None: every sample
     ids = torch.arange(len(y), device=rt.device) if index is None else index.to(rt.device)
     generator = seeded_generator(ins.seed, rt.client_id, ins.server_round)
     common = dict(epochs=ins.local_epochs, batch_size=ins.batch_size, lr=ins.lr,
@@ -191,9 +192,9 @@ def train(message: Message, context: Context) -> Message:
         loss = train_epochs(model, x, y, **common)
     else:
         loss = train_epochs(model, x[ids], y[ids], **common)
-    safeguard.keep_own(context, rt.client_id, model, ins)
+    added = layer.trained(rt, ins, model)
     descriptor = features_of(model, x).mean(dim=0)
-    reply = FedSKATrainReply(num_examples=len(ids), train_loss=loss, structure_loss=structure_loss,
+    reply = FedSKATrainReply(num_examples=len(ids) + added, train_loss=loss, structure_loss=structure_loss,
                        split_loss=split_loss, cuda=rt.on_cuda)
     return Message(RecordDict({
         MODEL: model_record(model),

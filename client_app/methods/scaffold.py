@@ -17,7 +17,7 @@ import torch
 from flwr.app import Array, ArrayRecord, Context, Message, RecordDict
 from torch import nn
 
-from client_app import safeguard
+from client_app.layers import training_tensors
 from client_app.runtime import client_runtime, model_record
 from client_app.training import Penalty, seeded_generator, train_epochs
 from strategies.methods.scaffold.settings import CLIENT_CONTROL, CONTROL, ScaffoldTrain
@@ -61,7 +61,7 @@ def train(message: Message, context: Context) -> Message:
     correction = {name: torch.from_numpy(np.asarray(control[name] - client_control[name]))
                   .to(device=p.device, dtype=p.dtype) for name, p in params.items()}
     term = correction_term(correction) if any(bool(t.any()) for t in correction.values()) else None
-    x, y = safeguard.training_tensors(rt, ins)
+    x, y = training_tensors(rt, ins)
     loss = train_epochs(
         model, x, y, epochs=ins.local_epochs, batch_size=ins.batch_size, lr=ins.lr,
         momentum=ins.momentum, generator=seeded_generator(ins.seed, rt.client_id, ins.server_round),

@@ -1,8 +1,8 @@
 """Client half of `sfl` / `sfl-star` (message type `train.sfl`; the local step of docs/methods/sfl.md).
 
 θ ← w (the global read-out; `start=personal`: θ ← u_i); `local-epochs` of SGD on the task loss + λ1·||θ − u_i||_2 + λ2·||θ − w||_2
-(non-squared L2 over all trainable parameters [C]); reply `model` = v_i. With the safeguard on (`client_app.safeguard`) θ starts from the best mix of the
-client's own last model with u_i or w. The task loss is the generic
+(non-squared L2 over all trainable parameters [C]); reply `model` = v_i. A layer the request turns on (the safeguard,
+`client_app.layers`) may start θ elsewhere, e.g. from a mix of the client's own last model with w or u_i. The task loss is the generic
 loop's (cross-entropy for classification, masked MAE for traffic regression); the pulls come in through
 its `penalty` hook, so they work for either task. `reg-grad=false` reproduces the reference code, whose
 pulls are computed on detached copies: they are constants and the effective loss is the task loss.
@@ -16,7 +16,7 @@ import torch
 from flwr.app import Context, Message
 from torch import nn
 
-from client_app import safeguard
+from client_app.layers import active
 from client_app.local_update import train_and_reply
 from client_app.runtime import client_runtime
 from client_app.training import Penalty
@@ -58,12 +58,12 @@ def train(message: Message, context: Context) -> Message:
     rt = client_runtime(message, context)
     ins = SFLTrain.read(message.content[CONFIG])
     first, second = (PERSONAL, GLOBAL) if ins.start == "personal" else (GLOBAL, PERSONAL)
-    start, _ = safeguard.choose(rt, context, ins, {first: message.content[first],  # θ ← w
-                                                   second: message.content[second]})
+    start = active().start(rt, ins, {first: message.content[first],  # θ ← w
+                                     second: message.content[second]})
     model = rt.model(start)
     penalty = sfl_penalty(
         model, message.content[PERSONAL].to_torch_state_dict(),
         message.content[GLOBAL].to_torch_state_dict(), ins.lambda_personal, ins.lambda_global,
         ins.reg_grad,
     )
-    return train_and_reply(message, rt, ins, model, MODEL, penalty, context)
+    return train_and_reply(message, rt, ins, model, MODEL, penalty)

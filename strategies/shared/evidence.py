@@ -8,6 +8,11 @@ the sums that the clients of a federation report and picks the weight that is cl
 federation as a whole, which a single client's few dozen samples cannot show. `StartEvidence` pools,
 in the same way, how much better the clients' own models are than the models they trained from the
 federation's consensus, and decides where their training starts.
+
+The safeguard's part of a message is one ConfigRecord, `safeguard` (`SAFEGUARD`), beside the
+message's `config` / `metrics`: `SafeguardInstructions` in train and evaluate requests (present only
+when the run turns the safeguard on for a method that declares it), `SafeguardTrainReply` /
+`SafeguardEvaluateReply` in the replies. The shared message formats know nothing of it.
 """
 
 from __future__ import annotations
@@ -16,6 +21,55 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
+
+from pydantic import Field
+
+from strategies.shared.settings import Record
+
+SAFEGUARD = "safeguard"  # the ConfigRecord of a request / reply that holds the safeguard's part
+
+
+class SafeguardInstructions(Record):
+    """The `safeguard` record of train and evaluate requests (client_app/safeguard.py)."""
+
+    # the held-out share of the train split and the grid of mixing weights
+    holdout: float = Field(gt=0.0, lt=1.0)
+    grid: int = Field(ge=2)
+    # the margin a mix needs over a consensus model, in standard errors; absent: any gain; and the
+    # federation's pooled weight to use unless a client's own evidence is clear (absent: 1)
+    margin: float | None = Field(None, ge=0.0)
+    weight: float | None = Field(None, ge=0.0, le=1.0)
+    # there, whether the model a client sends is trained on its held-out slice too, and which round's
+    # aggregate the consensus is, the examples it averaged (Σ n_j) and whose models it holds, so that
+    # a client whose update it holds can score with it less that update
+    send_slice: bool | None = None
+    # there, whether a sampled client trains from the consensus itself (FedAvg's start) rather than
+    # from its chosen mix, keeping as its own model the better on its slice of the two, and reports
+    # how much better its own model was than the trained one (`SafeguardTrainReply`)
+    train_consensus: bool | None = None
+    consensus_round: int | None = Field(None, ge=1)
+    consensus_examples: float | None = Field(None, gt=0.0)
+    consensus_clients: list[int] | None = None
+
+
+class SafeguardTrainReply(Record):
+    """The `safeguard` record of a train reply, with `train-consensus`: the summed held-out gains of
+    the client's own model over the model it trained from the consensus, and their squares."""
+
+    start_gain: float
+    start_square: float = Field(ge=0.0)
+
+
+class SafeguardEvaluateReply(Record):
+    """The `safeguard` record of an evaluate reply: the own model's weight in the mix used, whether
+    the client answers with the fine-tuned mix (1: its held-out slice preferred it), and with a
+    margin, per grid weight a < 1, the summed held-out gains of the mix over the received model and
+    their squares, for the server to pool (`federation_weight`)."""
+
+    own: float = Field(ge=0.0, le=1.0)
+    finetuned: float | None = Field(None, ge=0.0, le=1.0)
+    gains: list[float] | None = None
+    squares: list[float] | None = None
 
 
 def grid(points: int) -> list[float]:

@@ -106,32 +106,7 @@ class IdentifyReply(Record):
         return self
 
 
-class SafeguardInstructions(Record):
-    """The safeguard's part of the train and evaluate instructions (client_app/safeguard.py), all
-    absent unless the run turns it on for a graph method."""
-
-    # graph methods with the safeguard on: the held-out share of the train split and the grid of
-    # mixing weights; absent = off (the paper's behaviour)
-    safeguard_holdout: float | None = Field(None, gt=0.0, lt=1.0)
-    safeguard_grid: int | None = Field(None, ge=2)
-    # the margin a mix needs over a consensus model, in standard errors; absent: any gain; and the
-    # federation's pooled weight to use unless a client's own evidence is clear (absent: 1)
-    safeguard_margin: float | None = Field(None, ge=0.0)
-    safeguard_weight: float | None = Field(None, ge=0.0, le=1.0)
-    # there, whether the model a client sends is trained on its held-out slice too, and which round's
-    # aggregate the consensus is, the examples it averaged (Σ n_j) and whose models it holds, so that
-    # a client whose update it holds can score with it less that update
-    safeguard_send_slice: bool | None = None
-    # there, whether a sampled client trains from the consensus itself (FedAvg's start) rather than
-    # from its chosen mix, keeping as its own model the better on its slice of the two, and reports
-    # how much better its own model was than the trained one (`TrainReply.safeguard_start_*`)
-    safeguard_train_consensus: bool | None = None
-    safeguard_consensus_round: int | None = Field(None, ge=1)
-    safeguard_consensus_examples: float | None = Field(None, gt=0.0)
-    safeguard_consensus_clients: list[int] | None = None
-
-
-class TrainInstructions(SafeguardInstructions):
+class TrainInstructions(Record):
     """`train` / `train.<method>`: the local-training hyperparameters of one round (a method's own
     message, in its package's `settings.py`, extends this with its required fields)."""
 
@@ -150,13 +125,9 @@ class TrainReply(Record):
     num_examples: int = Field(ge=0)
     train_loss: float
     cuda: int | None = Field(None, ge=0, le=1)  # the device it trained on: 1 a CUDA GPU, 0 the CPU
-    # with `safeguard-train-consensus`: the summed held-out gains of the client's own model over the
-    # model it trained from the consensus, and their squares (strategies/shared/evidence.py)
-    safeguard_start_gain: float | None = None
-    safeguard_start_square: float | None = Field(None, ge=0.0)
 
 
-class EvaluateInstructions(SafeguardInstructions):
+class EvaluateInstructions(Record):
     """`evaluate`: evaluate the received model(s) on the client's own test split."""
 
     server_round: int = Field(ge=0)
@@ -182,13 +153,6 @@ class EvaluateReply(Record):
     global_accuracy: float | None = Field(None, ge=0.0, le=1.0)
     finetuned_correct: float | None = Field(None, ge=0)
     finetuned_accuracy: float | None = Field(None, ge=0.0, le=1.0)
-    safeguard_own: float | None = Field(None, ge=0.0, le=1.0)  # the own model's weight in the mix used
-    # 1 where the client answers with the fine-tuned mix (its held-out slice preferred it), else 0
-    safeguard_finetuned: float | None = Field(None, ge=0.0, le=1.0)
-    # with a margin: per grid weight a < 1, the summed held-out gains of the mix over the received
-    # model, and their squares (strategies/shared/evidence.py), for the server to pool
-    safeguard_gains: list[float] | None = None
-    safeguard_squares: list[float] | None = None
     mae: float | None = None
     mape: float | None = None
     rmse: float | None = None

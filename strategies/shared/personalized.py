@@ -108,8 +108,8 @@ class PersonalizedStrategy(Strategy, MethodReporter, ClientKeyed):
         return RecordDict({PERSONAL: self.personal_arrays(client), CONFIG: config})
 
     def hands_out_consensus(self) -> bool:
-        """Whether every client now receives the same model, the federation's consensus: the runner
-        then asks the safeguard for evidence and pools it (`safeguard-margin`, client_app/safeguard.py).
+        """Whether every client now receives the same model, the federation's consensus (a fact
+        cross-cutting callbacks may act on, e.g. asking clients for evidence before they leave it).
         False: each client receives its own aggregate."""
         return False
 
