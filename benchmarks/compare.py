@@ -353,16 +353,85 @@ def plot(summaries: list[dict[str, Any]], path: Path, title: str = "") -> None:
                 else "personalized mean accuracy (%)", title)
 
 
+# --- experiment configs (one per paper table: benchmarks/papers/*.toml) ----------------------------
+GRID_KEYS = {"paper", "table", "title", "methods", "seeds", "common", "cells"}
+CELL_KEYS = {"name", "methods", "set", "note"}
+
+
+def load_grid(path: str | Path) -> dict[str, Any]:
+    """A paper table as data (TOML): `methods`, `seeds`, `common` run-config keys and `[[cells]]`, each
+    with a `name`, its own `set` keys (data set, partition, model, ...) and optionally its own
+    `methods`. ValueError naming the file and key otherwise."""
+    import tomllib
+
+    path = Path(path)
+    try:
+        grid = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        raise ValueError(f"--config {path}: not a readable TOML file ({err})") from None
+    unknown = sorted(set(grid) - GRID_KEYS)
+    if unknown or not grid.get("cells") or not grid.get("methods"):
+        raise ValueError(f"--config {path}: keys {unknown} unknown or methods/cells missing; allowed: "
+                         f"{', '.join(sorted(GRID_KEYS))}, with methods = [...] and [[cells]] name/set")
+    for cell in grid["cells"]:
+        bad = sorted(set(cell) - CELL_KEYS)
+        if bad or "name" not in cell:
+            raise ValueError(f"--config {path}: a cell has keys {bad} or no name; allowed: "
+                             f"{', '.join(sorted(CELL_KEYS))}")
+    seeds = grid.get("seeds", [0])
+    if not seeds or not all(isinstance(seed, int) and seed >= 0 for seed in seeds):
+        raise ValueError(f"--config {path}: seeds must be a list of integers >= 0, got {seeds!r}")
+    return grid
+
+
+def _flat(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """TOML's dotted keys (`flt.k = 2` → {"flt": {"k": 2}}) back to run-config keys (`flt.k`)."""
+    flat: dict[str, Any] = {}
+    for key, value in table.items():
+        if isinstance(value, dict):
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def grid_runs(grid: dict[str, Any], stem: str, overrides: dict[str, Any],
+              cells: Sequence[str] = ()) -> list[tuple[str, list[str], dict[str, Any]]]:
+    """(name, methods, run config) of every (cell, seed) of a grid: `common`, then the cell's `set`,
+    then the command line's `--set` (e.g. data-root, or a smaller size); `cells` picks cells by name."""
+    names = [cell["name"] for cell in grid["cells"]]
+    missing = [name for name in cells if name not in names]
+    if missing:
+        raise ValueError(f"--cells {missing} not in the config; its cells: {', '.join(names)}")
+    runs = []
+    for cell in grid["cells"]:
+        if cells and cell["name"] not in cells:
+            continue
+        for seed in grid.get("seeds", [0]):
+            settings = {**_flat(grid.get("common", {})), **_flat(cell.get("set", {})), "seed": seed,
+                        **overrides}
+            runs.append((f"{stem}-{cell['name']}-seed{settings['seed']}",
+                         list(cell.get("methods", grid["methods"])), settings))
+    return runs
+
+
 # --- command line ---------------------------------------------------------------------------------
 def main(argv: Sequence[str] | None = None) -> int:
     from benchmarks.parallel import add_placement_arguments, placement_from
 
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = benchmark_parser("compare", __doc__)
-    parser.add_argument("--methods", required=True, help="comma-separated registered method names")
+    parser.add_argument("--methods", help="comma-separated registered method names (required "
+                        "without --config)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="run-config override (repeatable), e.g. --set num-rounds=20")
-    parser.add_argument("--name", required=True, help="results file stem")
+    parser.add_argument("--name", help="results file stem (required without --config; with it the "
+                        "stem of every <stem>-<cell>-seed<N> result, default the config's file name)")
+    parser.add_argument("--config", default=None, metavar="FILE",
+                        help="a paper table as data (benchmarks/papers/*.toml): every cell and seed "
+                             "is one comparison; --set applies on top of each cell's settings")
+    parser.add_argument("--cells", default="", help="with --config: comma-separated cell names to run "
+                        "(default: all)")
     parser.add_argument("--nodes", type=int, default=None,
                         help="virtual nodes hosting the clients (default: one per client)")
     parser.add_argument("--threads", type=int, default=1,
@@ -376,6 +445,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     log_progress()
     set_threads(args.threads)
+    if args.config:
+        return _main_grid(parser, args, argv)
+    if not args.methods or not args.name:
+        parser.error("--methods and --name are required (or give --config FILE)")
     try:
         overrides = parse_set(args.set)
         methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -390,6 +463,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("\n".join(summary_table(summaries)))
     print(f"written: {Path(args.results_dir) / args.name}.md/.png/.json")
     print(f"report: {Path(args.runs_dir or RUNS_DIR / args.name) / 'report.html'}")
+    return 0
+
+
+def _main_grid(parser: Any, args: Any, argv: Sequence[str]) -> int:
+    """`--config FILE`: run every (cell, seed) of the table, each a comparison of its own."""
+    from benchmarks.parallel import placement_from
+
+    try:
+        grid = load_grid(args.config)
+        overrides = parse_set(args.set)
+        cells = [c.strip() for c in args.cells.split(",") if c.strip()]
+        runs = grid_runs(grid, args.name or Path(args.config).stem, overrides, cells)
+        if args.methods:  # a subset of the table's methods
+            keep = [m.strip() for m in args.methods.split(",") if m.strip()]
+            runs = [(name, [m for m in methods if m in keep], settings) for name, methods, settings in runs]
+        for _, methods, settings in runs:
+            _check(methods, settings)
+        placement = placement_from(args)
+    except ValueError as err:
+        parser.error(str(err))
+    for name, methods, settings in runs:
+        summaries = compare(methods, settings, name, args.nodes, results_dir=args.results_dir,
+                            runs_dir=None if args.runs_dir is None else Path(args.runs_dir) / name,
+                            command="python -m benchmarks.compare " + shlex.join(argv),
+                            placement=placement)
+        print(f"## {name}")
+        print("\n".join(summary_table(summaries)))
+        print(f"written: {Path(args.results_dir) / name}.md/.png/.json")
     return 0
 
 

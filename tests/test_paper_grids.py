@@ -358,3 +358,55 @@ def test_flt_checkpoint_errors_name_the_key_and_shapes(tmp_path: Path) -> None:
     torch.save({"layer.weight": torch.zeros(2)}, path)
     with pytest.raises(ConfigError, match=r"keys \['layer.weight'\] are not FLT autoencoder keys"):
         build_flt(_flt_config(**{"flt.encoder-checkpoint": str(path)}))
+
+
+# --- one config per paper table -------------------------------------------------------------------
+
+PAPERS = Path(__file__).resolve().parent.parent / "benchmarks" / "papers"
+
+
+def test_every_table_config_is_valid_for_every_cell() -> None:
+    from benchmarks.compare import _check, grid_runs, load_grid
+
+    configs = sorted(PAPERS.glob("*.toml"))
+    assert {p.stem for p in configs} >= {"fedska-table1", "sfl-table1", "sfl-tables2-3", "flt-table1",
+                                          "flt-table2", "fedcg-table5"}
+    for path in configs:
+        grid = load_grid(path)
+        for name, methods, settings in grid_runs(grid, path.stem, {}):
+            _check(methods, settings)  # every method of every cell is a valid run config
+    runs = grid_runs(load_grid(PAPERS / "flt-table2.toml"), "t", {"num-rounds": 1})
+    assert runs == [("t-structured-seed0", ["fedavg", "fedsem", "flt"], runs[0][2])]
+    assert runs[0][2]["flt.k"] == 2 and runs[0][2]["num-rounds"] == 1  # dotted keys, --set on top
+
+
+@pytest.mark.parametrize("config,cell,data,extra", [
+    ("fedska-table1", "shakespeare", "shakespeare", ["num-clients=3"]),
+    ("flt-table2", "structured", "emnist", ["num-clients=4", "num-clusters=2", "flt.ae-epochs=1",
+                                            "local-epochs=1"]),
+    ("fedcg-table5", "celeba", "celeba", ["num-clients=3", "fedcg.domains=2", "lr=0.01"]),
+])
+def test_a_table_runs_on_small_generated_data(tmp_path: Path, config: str, cell: str, data: str,
+                                               extra: list[str]) -> None:
+    from benchmarks.compare import main
+    from models.autoencoder import build_autoencoder
+
+    root = tmp_path / "data"
+    {"shakespeare": write_shakespeare, "celeba": write_celeba, "emnist": write_emnist}[data](root)
+    sets = [f"data-root={root}", "num-rounds=1", "fraction-train=1.0", *extra]
+    if data == "emnist":  # an encoder from elsewhere, as the paper's (CIFAR-100) one
+        torch.save(build_autoencoder((1, 28, 28), 128).state_dict(), tmp_path / "ae.pt")
+        sets.append(f"flt.encoder-checkpoint={tmp_path / 'ae.pt'}")
+    argv = ["--config", str(PAPERS / f"{config}.toml"), "--cells", cell, "--results-dir",
+            str(tmp_path / "results"), "--runs-dir", str(tmp_path / "runs")]
+    for item in sets:
+        argv += ["--set", item]
+    assert main(argv) == 0
+    result = json.loads((tmp_path / "results" / f"{config}-{cell}-seed0.json").read_text())
+    import tomllib
+
+    grid = tomllib.loads((PAPERS / f"{config}.toml").read_text())
+    assert [s["method"] for s in result["summaries"]] == grid["methods"]
+    for summary in result["summaries"]:
+        assert 0.0 <= summary["final"]["personalized"]["mean"] <= 100.0
+    assert result["settings"]["dataset"] == data
