@@ -82,10 +82,6 @@ class Partition:
     def num_clients(self) -> int:
         return len(self.train_indices)
 
-    def client_labels(self, labels: np.ndarray, client_id: int) -> np.ndarray:
-        """Sorted distinct train labels of one client."""
-        return np.unique(labels[self.train_indices[client_id]])
-
 
 def make_partition(labels: np.ndarray, spec: PartitionSpec, groups: np.ndarray | None = None,
                    train_count: int = 0) -> Partition:

@@ -171,12 +171,10 @@ class FedCGConv(nn.Module):
         self._adjacency, self._domains = adjacency, domains
 
     def precompute(self, adjacency: torch.Tensor) -> None:
-        """Compute V̂ once (no gradient) and use it until `release`; logits equal the training path."""
+        """Compute V̂ once (no gradient) for inference (the model is then evaluated and dropped);
+        logits equal the training path."""
         with torch.no_grad():
             self._cached = self.node_features(adjacency).detach()
-
-    def release(self) -> None:
-        self._cached = None
 
     def _conv(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         c = self.agnostic
@@ -273,10 +271,6 @@ class FedCGModel(Backbone):
         for layer in self.fedcg_layers():
             layer.precompute(self.adjacency)
 
-    def release_branches(self) -> None:
-        for layer in self.fedcg_layers():
-            layer.release()
-
     def forward(self, x: torch.Tensor, domains: torch.Tensor | None = None) -> torch.Tensor:
         """Logits for images x and their domains: long [B] = one-hot ids (training, hard test),
         float [B, D] = soft weights (test: the student's probabilities)."""
@@ -289,12 +283,6 @@ class FedCGModel(Backbone):
         finally:
             for layer in self.fedcg_layers():
                 layer.bind(None, None)
-
-
-def build_fedcg_model(backbone: Backbone, spec: FedCGSpec) -> FedCGModel:
-    """Turn `backbone` (its weights become θ_a) into a FedCG model; branch rows, W and λ are freshly
-    initialised from torch's global RNG (callers seed it)."""
-    return FedCGModel(backbone, spec)
 
 
 CLASSIFIER_POOLS = ("global", "avg2", "flatten")

@@ -32,7 +32,17 @@ from strategies.methods.flt.relatedness import (
     umap_place,
     ward_clusters,
 )
-from strategies.methods.flt.set_distance import matching_distance, set_distances
+from strategies.methods.flt.set_distance import set_distances
+
+
+def matching_distance(a: np.ndarray, b: np.ndarray) -> float:
+    """[C] matching distance of two sets [k_i, d], [k_j, d] by the Hungarian assignment."""
+    from scipy.optimize import linear_sum_assignment
+
+    small, big = (a, b) if len(a) <= len(b) else (b, a)
+    sq = ((np.asarray(small, float)[:, None, :] - np.asarray(big, float)[None, :, :]) ** 2).sum(-1)
+    r, c = linear_sum_assignment(sq)
+    return float(np.sqrt(sq[r, c].sum()) / len(small))
 
 
 def _brute_matching(a: np.ndarray, b: np.ndarray) -> float:

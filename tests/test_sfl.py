@@ -14,8 +14,8 @@ from strategies.shared.settings import ConfigError
 from strategies.shared.run_config import RunConfig
 from server_app.harness.simulate import simulate
 from strategies.shared.run_config import default_run_config
-from strategies.methods.sfl.gcn import GCNPropagation, gcn_operator, gcn_propagate
-from strategies.shared.graph import knn_graph, row_normalize, share_on_edges, top_k_per_row
+from strategies.methods.sfl.gcn import GCNPropagation, gcn_operator
+from strategies.shared.graph import knn_graph, row_normalize, structure_share, top_k_per_row
 from strategies.shared.priors import check_adjacency, read_adjacency
 from strategies.methods.sfl.graph_learner import GraphConstructor, GraphLearner, blend, graph_target
 from strategies.methods.sfl.settings import TRAIN_SFL
@@ -25,6 +25,11 @@ from strategies.shared.registry import build_strategy
 from strategies.methods.sfl.server import SFL, prior_graph
 
 PLANS = [("graph-first", True), ("graph-first", False), ("rows-first", True), ("rows-first", False)]
+
+
+def gcn_propagate(adjacency, rows, hops=3, alpha=1.0, order="auto"):
+    """SFL's server step: U = α·Â^L·V + (1−α)·V with Â = row_normalize(A)."""
+    return GCNPropagation(row_normalize(adjacency), hops, alpha, order).apply(rows)
 
 
 def _random_graph(n, density=0.4, seed=0):
@@ -285,7 +290,7 @@ def test_learner_k_is_capped_at_n_minus_one():
 def test_similarity_target_puts_the_learned_weight_on_close_models():
     rows, same = _groups(n=24, num_groups=3)  # random top-3 edges: 7/23 = 30% inside a group
     learner = GraphLearner(24, k=3, steps=50, seed=0)
-    shares = [share_on_edges(learner.fit(rows).numpy(), same) for _ in range(8)]
+    shares = [structure_share(learner.fit(rows).numpy(), same) for _ in range(8)]
     assert shares[0] < 0.5 and shares[-1] > 0.75  # persistent: keeps improving across rounds
     assert learner.losses[-1] < learner.losses[0]
 
@@ -293,7 +298,7 @@ def test_similarity_target_puts_the_learned_weight_on_close_models():
 def test_reference_initialisation_saturates_and_learns_nothing():
     rows, same = _groups(n=24, num_groups=3)
     learner = GraphLearner(24, k=3, steps=50, seed=0, init_std=1.0)
-    shares = [share_on_edges(learner.fit(rows).numpy(), same) for _ in range(8)]
+    shares = [structure_share(learner.fit(rows).numpy(), same) for _ in range(8)]
     assert max(shares) < 0.5
 
 
@@ -542,7 +547,7 @@ def test_the_knn_learner_links_every_client_to_its_nearest_models():
     groups = np.repeat(np.arange(3), 4)
     learned = GraphLearner(12, k=3, model="knn").fit(rows)
     same = groups[:, None] == groups[None, :]
-    assert share_on_edges(learned.numpy(), same) == pytest.approx(1.0)
+    assert structure_share(learned.numpy(), same) == pytest.approx(1.0)
     with pytest.raises(ValueError, match="graph learner"):
         GraphLearner(4, model="gat")
 

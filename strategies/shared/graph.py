@@ -127,17 +127,6 @@ def pairwise_row_distances(rows: torch.Tensor) -> torch.Tensor:
     return squared.sqrt()
 
 
-def share_on_edges(weights: np.ndarray | torch.Tensor, reference: np.ndarray) -> float | None:
-    """Share of a graph's off-diagonal weight that lies on the edges of a reference graph (e.g. a
-    learned graph on label-sharing pairs); None when the graph has no off-diagonal weight."""
-    w = np.abs(np.asarray(weights, dtype=np.float64)).copy()
-    np.fill_diagonal(w, 0.0)
-    total = w.sum()
-    if total <= 0:
-        return None
-    return float((w * (np.asarray(reference) > 0)).sum() / total)
-
-
 def graph_display_order(reference: np.ndarray | None) -> np.ndarray | None:
     """Clients in reverse Cuthill–McKee order of a reference graph, so its groups show as blocks in
     a heatmap (None without a reference)."""

@@ -98,9 +98,6 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
     train_message_type = TRAIN_FEDSKA
     train_reply = FedSKATrainReply
     _structure_seconds: float | None = None  # the last structure-learning fit (for the progress log)
-    # the safeguard on: a client holds its trained model as its own, so evaluation sends its graph
-    # start u_k in place of it (start='graph'; a class default, so older checkpoints load)
-    evaluate_start = False
     # the run config key whose label-sharing prior is built from the label sets the clients report
     # (`take_reports`); None: no prior, or given at construction
     label_sets_key: str | None = None
@@ -112,6 +109,8 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
                  matrix_storage: ClientMatrixStorage | None = None,
                  evaluate_start: bool = False, label_sets_key: str | None = None) -> None:
         super().__init__(num_clients, fraction_train, matrix_storage=matrix_storage)
+        # the safeguard on: a client holds its trained model as its own, so evaluation sends its graph
+        # start u_k in place of it (start='graph')
         self.evaluate_start = evaluate_start
         if (settings.graph == "label-sharing" or settings.tau > 0) and prior is None \
                 and not label_sets_key:

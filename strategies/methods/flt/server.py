@@ -126,7 +126,7 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
         """With `flt.fresh-only` and no groups, the consensus is the weighted mean of the last
         aggregated round's trained models: (that round, Σ n_j, the clients whose replies it
         averaged)."""
-        return getattr(self, "_consensus_mass", None)  # absent in older checkpoints
+        return self._consensus_mass
 
     def absorb(self, client: int, content: RecordDict) -> None:
         super().absorb(client, content)  # row `client` of the trained-models buffer

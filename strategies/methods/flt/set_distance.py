@@ -152,13 +152,3 @@ def _matching_by_assignment(small: np.ndarray, big: np.ndarray) -> np.ndarray:
             r, c = linear_sum_assignment(sq[j])
             out[i, j] = np.sqrt(sq[j][r, c].sum()) / ks
     return out
-
-
-def matching_distance(a: np.ndarray, b: np.ndarray) -> float:
-    """[C] matching distance of two sets [k_i, d], [k_j, d] (Hungarian; the reference for tests)."""
-    from scipy.optimize import linear_sum_assignment
-
-    small, big = (a, b) if len(a) <= len(b) else (b, a)
-    sq = ((np.asarray(small, float)[:, None, :] - np.asarray(big, float)[None, :, :]) ** 2).sum(-1)
-    r, c = linear_sum_assignment(sq)
-    return float(np.sqrt(sq[r, c].sum()) / len(small))

@@ -9,7 +9,6 @@ import numpy as np
 import torch
 from scipy.sparse import csr_matrix
 
-from strategies.shared.graph import row_normalize
 
 # SFL (docs/methods/sfl.md): U = α·Â^L·V + (1−α)·V with Â = D_A⁻¹A the row-normalised client graph.
 # The propagation is one linear operator W = α·Â^L + (1−α)·I applied to the parameter rows V; it is
@@ -148,9 +147,3 @@ class GCNPropagation:
             if mix:
                 x = self.alpha * x + (1.0 - self.alpha) * block
             out[:, start:stop] = x
-
-
-def gcn_propagate(adjacency: torch.Tensor | np.ndarray, rows: torch.Tensor, hops: int = 3,
-                  alpha: float = 1.0, order: PropagationOrder = "auto") -> torch.Tensor:
-    """SFL's server step (spec §2 (3)): U = α·Â^L·V + (1−α)·V with Â = row_normalize(A)."""
-    return GCNPropagation(row_normalize(adjacency), hops, alpha, order).apply(rows)
