@@ -23,6 +23,7 @@ from models import build_model
 from server_app.callbacks import (Checkpointing, MethodReport, ResumeError, RoundLog, RunCallback,
                                   TensorBoardLog, TrafficCount)
 from server_app.checkpoint import CheckpointError, CheckpointStore
+from server_app.privacy import Privacy
 from server_app.clients import CodeMismatchError
 from server_app.reporting import RunRecorder
 from server_app.run_lock import OwnershipCheck, RunLock
@@ -121,10 +122,11 @@ def check_run_directory(cfg: RunConfig, directory: Path, checkpoints: Checkpoint
 
 def run_callbacks(cfg: RunConfig, checkpoints: CheckpointStore | None) -> list[RunCallback]:
     """The cross-cutting work of every run, in hook order: the method's report, byte counts, the
-    round log, checkpoints (with a store), TensorBoard and the per-client safeguard."""
+    round log, checkpoints (with a store), TensorBoard, the per-client safeguard and differential
+    privacy."""
     return [MethodReport(), TrafficCount(cfg.num_clients), RoundLog(),
             *([Checkpointing(checkpoints)] if checkpoints is not None else []),
-            TensorBoardLog(), Safeguard(cfg)]
+            TensorBoardLog(), Safeguard(cfg), Privacy(cfg)]
 
 
 def run(grid: Grid, cfg: RunConfig, connect_timeout: float = 300.0,
