@@ -191,7 +191,11 @@ def matching_comparison(config: dict[str, Any], path: Path) -> dict[str, Any] | 
         section = key.split(".")[0]
         return key not in RUN_KEYS and ("." not in key or method.split("-")[0] == section)
 
-    settings = reference.get("settings", {})
+    from strategies.shared.run_config import default_run_config
+
+    # a key the comparison did not know yet was added later with the behaviour of before as its
+    # default: at that default the run is the committed job
+    settings = {**default_run_config(), **reference.get("settings", {})}
     same = all(settings.get(key, _MISSING) == value for key, value in config.items()
                if relevant(key))
     return reference if same else None
