@@ -3,6 +3,7 @@ its data (loaded once per process), the device, and models built from records.""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -129,11 +130,34 @@ def node_data_spec(cfg: RunConfig, context: Context) -> DataSpec:
     return replace(cfg.data_spec, data_root=root)
 
 
+@lru_cache(maxsize=1)
+def in_simulation_actor() -> bool:
+    """Whether this process is a Ray actor: a simulated SuperNode's ClientApp worker under `flwr run`
+    (Flower's simulation runs every ClientApp in Ray actors, several of which share the machine)."""
+    ray = sys.modules.get("ray")  # never imported here: a process without Ray is no actor
+    if ray is None or not ray.is_initialized():
+        return False
+    return ray.get_runtime_context().get_actor_id() is not None
+
+
+def client_threads(cfg: RunConfig) -> int:
+    """Torch intra-op threads for this ClientApp: `client-threads`, or for 0 one thread in a simulated
+    SuperNode (Ray gives each actor OMP_NUM_THREADS = its CPUs, 2 by Flower's default, and actors
+    share the cores: two threads per small batch made `flwr run`'s local SGD several times slower on
+    a busy machine; the in-process harness, the tests and the committed results compute with one
+    thread, so this also gives `flwr run` their floating-point sums) and torch's default elsewhere
+    (returned as 0: left as it is)."""
+    if cfg.client_threads:
+        return cfg.client_threads
+    return 1 if in_simulation_actor() else 0
+
+
 def client_runtime(message: Message, context: Context) -> ClientRuntime:
     """Resolve the logical client a message is for and check this node hosts it."""
     cfg = run_config(context)
-    if cfg.client_threads and torch.get_num_threads() != cfg.client_threads:
-        torch.set_num_threads(cfg.client_threads)
+    threads = client_threads(cfg)
+    if threads and torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
     address = ClientAddress.read(message.content[CLIENT])
     client = address.client_id
     if data_dir(context) is not None:  # the node's own data: the client is found by its name
