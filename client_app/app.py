@@ -17,7 +17,7 @@ from collections.abc import Callable
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
-from client_app import evaluation, identify, watchdog
+from client_app import evaluation, identify, secagg, watchdog
 from client_app.layers import layered
 from client_app.privacy import private_training
 from client_app.seeding import seeded_draws
@@ -28,8 +28,9 @@ from strategies.shared.registry import METHODS, ClientHandler, Method
 Handler = Callable[[Message, Context], Message]
 
 # global draws seeded per message (client_app/seeding.py); DP-SGD where a train request asks for it
-# (client_app/privacy.py)
-app = ClientApp(mods=[seeded_draws, private_training])
+# (client_app/privacy.py); Flower's SecAgg+ where a request carries a `secagg` record
+# (client_app/secagg.py)
+app = ClientApp(mods=[seeded_draws, private_training, secagg.secure_aggregation])
 watchdog.start()  # a deployed ClientApp process exits once its SuperNode/executor is gone
 
 
@@ -89,6 +90,7 @@ def install(method: Method) -> None:
 
 
 app.query("identify")(identify.identify)
+app.query("secagg")(secagg.unmasked_request)  # answered by the secure_aggregation mod
 app.train()(with_evaluation(layered(fedavg.train)))
 app.evaluate()(layered(evaluation.evaluate))
 for _method in METHODS.values():

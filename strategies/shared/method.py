@@ -41,6 +41,8 @@ class Method:
     ArrayRecords it sends besides the shared `global` / `personal` / `model`; reply validation
     accepts and checks them as models. `safeguard`: its clients honour the run config's `safeguard`
     (a graph method: each client may mix the received model with its own, `client_app/safeguard.py`).
+    `secure_aggregation`: its server needs only the (weighted) sum of the sampled clients' models,
+    so it may run under the run config's `secure-aggregation` (strategies/shared/secure_aggregation.py).
     `default`: the run config's `method` when it names none (one registered method says so).
     """
 
@@ -55,4 +57,5 @@ class Method:
     client_step: str | None = None
     model_records: tuple[str, ...] = ()
     safeguard: bool = False
+    secure_aggregation: bool = False
     default: bool = False

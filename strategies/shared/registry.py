@@ -81,14 +81,17 @@ def build_strategy(cfg: RunConfig, storage: ClientMatrixStorage | None = None) -
     `aggregation` rule; `RunConfig` allows a robust rule only for those). `storage` allocates its
     per-client matrices; default: `client-matrix-mmap-bytes` of `cfg`, files (above that size) in the
     system's temporary directory. The ServerApp passes one that puts the files in the run directory.
-    Under `dp = 'client'` the strategy comes wrapped (strategies/shared/private_aggregation.py)."""
+    Under `dp = 'client'` the strategy comes wrapped (strategies/shared/private_aggregation.py), and
+    under `secure-aggregation` (strategies/shared/secure_sum.py)."""
     from strategies.shared.client_matrix import ClientMatrixStorage
 
     from strategies.shared.private_aggregation import wrap
+    from strategies.shared.secure_sum import wrap as secure
 
     if storage is None:
         storage = ClientMatrixStorage(cfg.client_matrix_mmap_bytes)
-    return wrap(cfg, METHODS[cfg.method].build(cfg, storage))  # client-level DP's aggregation
+    # client-level DP's aggregation, secure aggregation (the run config allows one of them)
+    return secure(cfg, wrap(cfg, METHODS[cfg.method].build(cfg, storage)))
 
 
 def discover() -> list[Method]:

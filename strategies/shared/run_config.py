@@ -120,6 +120,18 @@ class RunConfig(Settings):
     dp_delta: float = Field(1e-5, gt=0.0, lt=1.0)  # the δ of the reported (ε, δ); below 1/n
     # training stops where one more step would take ε above this (0: no target, ε only reported)
     dp_target_epsilon: float = Field(0.0, ge=0.0)
+    # secure aggregation (docs/privacy.md): `secagg+`, Flower's SecAgg+ protocol, so the server learns
+    # only the sum of the sampled clients' models (methods whose server needs only a sum); `off`, none
+    secure_aggregation: Literal["off", "secagg+"] = "off"
+    # secure-aggregation: each client's secrets are shared with this many clients, itself included (0:
+    # every client sampled in the round)
+    secagg_num_shares: int = Field(0, ge=0)
+    # secure-aggregation: shares that rebuild a secret (0: a majority of secagg-num-shares)
+    secagg_reconstruction_threshold: int = Field(0, ge=0)
+    # secure-aggregation: every model value is clipped to ± this before quantization
+    secagg_clipping_range: float = Field(8.0, gt=0.0)
+    # secure-aggregation: the integers [0, this) each clipped value is quantized to
+    secagg_quantization_range: int = Field(2**22, ge=2, le=2**30)
     round_timeout: float = Field(600.0, gt=0.0)
     max_update_norm: float = Field(10000.0, ge=0.0)  # drop replies whose model moved further (0 = off)
     aggregation: Literal["mean", "median", "trimmed-mean"] = "mean"  # the global part's rule
@@ -325,6 +337,10 @@ class RunConfig(Settings):
             from strategies.shared.privacy import check
 
             check(self, registry.METHODS[self.method].safeguard)
+        if self.secure_aggregation != "off":
+            from strategies.shared.secure_aggregation import check as check_secure
+
+            check_secure(self, registry.METHODS[self.method].secure_aggregation)
         return self
 
     @model_validator(mode="after")

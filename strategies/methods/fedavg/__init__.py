@@ -19,6 +19,6 @@ def build(cfg: RunConfig, storage: ClientMatrixStorage) -> Strategy:  # keeps no
     return build_fedavg(cfg.fraction_train, cfg.aggregation, cfg.trim_fraction)
 
 
-METHODS = (Method("fedavg", build, robust=True,
+METHODS = (Method("fedavg", build, robust=True, secure_aggregation=True,
            summary="global model (Flower's `FedAvg`)",
            client_step="client_app/methods/fedavg.py"),)
