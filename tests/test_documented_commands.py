@@ -308,8 +308,16 @@ def test_every_documented_python_m_line_parses(command, monkeypatch, capsys):
             from benchmarks.compare import _check
 
             try:
-                _check([m.strip() for m in parsed.methods.split(",") if m.strip()],
-                       parse_set(parsed.set))
+                if getattr(parsed, "config", None):  # a paper table: every cell it runs
+                    from benchmarks.compare import grid_runs, load_grid
+
+                    cells = [c.strip() for c in parsed.cells.split(",") if c.strip()]
+                    for _, methods, settings in grid_runs(load_grid(parsed.config), "doc",
+                                                          parse_set(parsed.set), cells):
+                        _check(methods, settings)
+                else:
+                    _check([m.strip() for m in parsed.methods.split(",") if m.strip()],
+                           parse_set(parsed.set))
             except Exception as err:  # noqa: BLE001 - the message names the page and line
                 pytest.fail(f"{command}\n{err}")
 
