@@ -47,7 +47,8 @@ ALL_SPECS = [
 
 
 def test_scheme_names() -> None:
-    assert PARTITION_SCHEMES == ("iid", "dirichlet", "shards", "label-clusters", "domains", "natural", "sensors")
+    assert PARTITION_SCHEMES == ("iid", "dirichlet", "shards", "label-clusters", "domains", "natural", "sensors",
+                                 "structured")
 
 
 @pytest.mark.parametrize("spec", ALL_SPECS, ids=lambda s: f"{s.scheme}-pl{s.power_law}")
