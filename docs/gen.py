@@ -43,7 +43,7 @@ from typing import Any
 
 from benchmarks.common import markdown_table
 # the link prefix of README.md: `{prefix}results/<name>.md` is then `benchmarks/results/<name>.md`
-from docs.blocks.data import README_PREFIX
+from docs.blocks.data import README_PREFIX, touch
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
@@ -167,6 +167,7 @@ def results_table(name: str, link_prefix: str = "") -> str:
     path = RESULTS / f"{name}.json"
     if not path.exists():
         raise FileNotFoundError(f"docs: results '{name}' not found: no {path.relative_to(REPO)}")
+    touch(path)
     data = json.loads(path.read_text())
     link = f"[`{name}`]({link_prefix}results/{name}.md)"
     if "summaries" not in data:
@@ -228,6 +229,7 @@ def suite_delta(folder: str, link_prefix: str = "") -> str:
     path = RESULTS / folder / "suite.json"
     if not path.exists():
         raise FileNotFoundError(f"docs: no suite results {path.relative_to(REPO)}")
+    touch(path)
     table = importlib.import_module("benchmarks.suite").delta_table(path)
     return f"[`{folder}/suite-delta`]({link_prefix}results/{folder}/suite-delta.md)\n\n{table}"
 

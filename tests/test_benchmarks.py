@@ -207,3 +207,32 @@ def test_a_curve_point_keeps_the_safeguards_choices_where_a_round_has_them():
     plain = _curve_point({"round": 1, "personalized": {"mean": 50.0}})
     assert not {"safeguard-own", "safeguard-finetuned", "safeguard-weight",
                 "safeguard-start"} & set(plain)
+
+
+# --- benchmarks/results/ holds what the documentation cites (docs/cited.py) -------------------------
+def test_every_committed_result_file_is_cited_by_the_docs():
+    """A tracked file under benchmarks/results/ is linked by a docs page or README.md (with what its
+    page shows and links), read by a generated part, or named by path in the code; a run nobody
+    cites is not committed (`python -m docs.cited` lists them)."""
+    from docs import cited
+
+    files = cited.cited_files()
+    assert cited.RESULTS / "default-job.json" in files  # README's quick-start comparison
+    assert cited.RESULTS / "suite" / "suite.json" in files  # the robustness suite's Δ matrix
+    left = [p.relative_to(cited.REPO).as_posix() for p in cited.tracked() if p.resolve() not in files]
+    assert left == [], f"{len(left)} committed result files cited by no page: {left[:10]}"
+
+
+def test_a_result_page_cites_its_json_its_pictures_and_the_pages_it_links(tmp_path, monkeypatch):
+    from docs import cited
+
+    monkeypatch.setattr(cited, "RESULTS", tmp_path)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "a.md").write_text("# a\n\n![curve](a.png)\n\nsee [b](sub/b.md), [web](https://x.org/c.md)\n")
+    for name in ("a.json", "a.png", "sub/b.md", "sub/b.json", "lone.json"):
+        (tmp_path / name).write_text("{}")
+    found: set = set()
+    monkeypatch.setattr(cited, "_page_text", lambda page: page.read_text() if page.suffix == ".md" else "")
+    cited._cite_page(tmp_path / "a.md", found, set())
+    assert {p.relative_to(tmp_path).as_posix() for p in found} == {"a.md", "a.json", "a.png", "sub/b.md",
+                                                                   "sub/b.json"}

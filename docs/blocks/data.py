@@ -48,9 +48,18 @@ class Sources:
 
 
 _current: list[Sources] = []
+# every committed result file the docs have read in this process, block sources or not (the files a
+# check reads, such as a suite folder's per-cell runs, included): `docs.cited` keeps them
+TOUCHED: set[Path] = set()
+
+
+def touch(path: Path) -> None:
+    """Record that the docs read the committed result `path` (see `TOUCHED`)."""
+    TOUCHED.add(path.resolve())
 
 
 def _read(path: Path) -> None:
+    touch(path)
     if _current:
         _current[-1].add(path)
 
@@ -353,6 +362,7 @@ def expect_setting(folders: Sequence[str], key: str, allowed: Sequence[Any]) -> 
         if not cells:
             raise FileNotFoundError(f"docs: no per-cell results in benchmarks/results/{folder}/")
         for path in cells:
+            touch(path)
             value = _load(path).get("settings", {}).get(key, MISSING)
             if value not in allowed:
                 shown = "missing" if value is MISSING else repr(value)
