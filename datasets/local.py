@@ -45,16 +45,17 @@ from typing import Any
 import numpy as np
 import torch
 
+from datasets.files import EXPORT_FILE, IMAGE_SUFFIXES, LocalDataError, read_image
+from datasets.files import files as _files
+from datasets.files import leaf_files as _leaf_files
+from datasets.files import read_json as _read_json
+from datasets.files import visible as _visible
+
+
 DATA_DIR_KEY = "data-dir"  # node_config: the folder of this node's data
 CLIENT_NAME_KEY = "client-name"  # node_config: the name of the client the folder is (one client)
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".pgm", ".ppm")
 ROAD_GRAPH_FILE = "road-graph.csv"
-EXPORT_FILE = "bouquet-export.json"  # written by datasets.export; not data
 NPZ_SPLIT_FILES = ("train.npz", "test.npz")
-
-
-class LocalDataError(ValueError):
-    """A node's data cannot be used as declared; the message names the file and what is allowed."""
 
 
 def describe_layouts() -> str:
@@ -110,15 +111,6 @@ class LocalClient:
 
 
 # --- discovery -------------------------------------------------------------------------------------
-
-def _visible(path: Path) -> list[Path]:
-    return sorted(p for p in path.iterdir() if not p.name.startswith((".", "_")))
-
-
-def _files(path: Path, suffix: str) -> list[Path]:
-    return [p for p in _visible(path) if p.is_file() and p.suffix.lower() == suffix
-            and p.name != EXPORT_FILE]
-
 
 def _has_images(folder: Path) -> bool:
     return any(p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES for p in _visible(folder))
@@ -362,26 +354,6 @@ def _take(part: dict[str, Any], index: np.ndarray) -> dict[str, Any]:
 
 # --- images (ImageFolder layout) -------------------------------------------------------------------
 
-def _read_image(path: Path, expected: Expected) -> np.ndarray:
-    from PIL import Image, UnidentifiedImageError
-
-    channels, height, width = (expected.input_shape + (0, 0, 0))[:3]
-    if len(expected.input_shape) != 3 or channels not in (1, 3):
-        raise LocalDataError(f"{path}: images need a run input shape [1 or 3, H, W]; dataset "
-                             f"'{expected.dataset}' declares {list(expected.input_shape)}")
-    try:
-        with Image.open(path) as image:
-            image = image.convert("L" if channels == 1 else "RGB")
-            if image.size != (width, height):
-                image = image.resize((width, height), Image.BILINEAR)
-            array = np.asarray(image, dtype=np.uint8)
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as err:
-        raise LocalDataError(f"{path}: not a readable image ({err}); allowed: image files "
-                             f"({', '.join(IMAGE_SUFFIXES)}) that PIL can open") from None
-    array = array[None] if channels == 1 else array.transpose(2, 0, 1)
-    return array.astype(np.float32) / np.float32(255.0)
-
-
 def _image_part(folder: Path, expected: Expected) -> tuple[np.ndarray, np.ndarray]:
     index = {name: i for i, name in enumerate(expected.class_names)}
     images, labels = [], []
@@ -393,7 +365,7 @@ def _image_part(folder: Path, expected: Expected) -> tuple[np.ndarray, np.ndarra
                                  "class-names)")
         for path in _visible(sub):
             if path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES:
-                images.append(_read_image(path, expected))
+                images.append(read_image(path, expected.input_shape, expected.dataset))
                 labels.append(index[sub.name])
     x = (np.stack(images) if images else np.zeros((0, *expected.input_shape), dtype=np.float32))
     return x, np.asarray(labels, dtype=np.int64)
@@ -415,27 +387,6 @@ def _load_images(client: LocalClient, expected: Expected) -> LocalData:
 
 
 # --- LEAF JSON -------------------------------------------------------------------------------------
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except (OSError, ValueError) as err:
-        raise LocalDataError(f"{path}: not readable JSON ({err}); allowed: LEAF JSON with keys "
-                             "users, num_samples, user_data") from None
-    if not isinstance(data, dict) or not {"users", "user_data"} <= set(data):
-        raise LocalDataError(f"{path}: not LEAF JSON; allowed: an object with keys users, "
-                             "num_samples, user_data")
-    return data
-
-
-def _leaf_files(folder: Path) -> tuple[list[Path], list[Path]]:
-    """(train files, test files); test files empty when the split is made locally."""
-    if (folder / "train").is_dir():
-        return _files(folder / "train", ".json"), (
-            _files(folder / "test", ".json") if (folder / "test").is_dir() else [])
-    return _files(folder, ".json"), []
-
 
 def _leaf_part(files: list[Path], user: str, expected: Expected) -> tuple[np.ndarray, np.ndarray]:
     xs, ys = [], []

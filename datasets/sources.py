@@ -371,11 +371,11 @@ _LETTER_CODES[np.frombuffer(SHAKESPEARE_LETTERS.encode("ascii"), dtype=np.uint8)
 
 def _leaf_records(name: str, root: Path, extra: str = "") -> list[tuple[str, dict, Path]]:
     """(user, user_data record, file) of LEAF data set `name` under `<root>/<name>/data`: train files,
-    then test files (read with datasets.local's LEAF parser); DataNotFoundError naming the layout."""
-    from datasets.local import _leaf_files, _read_json
+    then test files (read with datasets.files' LEAF parser); DataNotFoundError naming the layout."""
+    from datasets.files import leaf_files, read_json
 
     data_dir = root / name / "data"
-    train, test = _leaf_files(data_dir) if (data_dir / "train").is_dir() else ([], [])
+    train, test = leaf_files(data_dir) if (data_dir / "train").is_dir() else ([], [])
     if not train:
         raise DataNotFoundError(
             f"{name} LEAF files not found: expected {data_dir}/train/*.json (and {data_dir}/test/*.json; "
@@ -384,7 +384,7 @@ def _leaf_records(name: str, root: Path, extra: str = "") -> list[tuple[str, dic
         )
     records = []
     for path in train + test:
-        shard = _read_json(path)
+        shard = read_json(path)
         for user in shard["users"]:
             record = shard["user_data"].get(user)
             if not isinstance(record, dict) or "x" not in record or "y" not in record:
@@ -429,7 +429,8 @@ def _shakespeare(root: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 class ImageFiles:
     """Images on disk that are read when indexed: `files[indices]` → float32 [n, C, H, W] in [0, 1]
-    (PIL, converted to the channels and resized to H×W as datasets.local reads image folders)."""
+    (PIL, converted to the channels and resized to H×W as a node's image folders are read:
+    datasets.files.read_image)."""
 
     def __init__(self, paths: list[Path], shape: tuple[int, int, int]) -> None:
         self.paths = tuple(paths)
@@ -441,15 +442,14 @@ class ImageFiles:
         return len(self.paths)
 
     def __getitem__(self, index) -> np.ndarray:
-        from datasets.local import Expected, _read_image
+        from datasets.files import read_image
 
         chosen = np.arange(len(self.paths))[index]
-        expected = Expected("celeba", self.shape[1:], 2, ("0", "1"), "classification", 0.2, 0)
         if np.ndim(chosen) == 0:
-            return _read_image(self.paths[int(chosen)], expected)
+            return read_image(self.paths[int(chosen)], self.shape[1:], "celeba")
         out = np.empty((len(chosen), *self.shape[1:]), dtype=np.float32)
         for row, i in enumerate(chosen):
-            out[row] = _read_image(self.paths[int(i)], expected)
+            out[row] = read_image(self.paths[int(i)], self.shape[1:], "celeba")
         return out
 
 

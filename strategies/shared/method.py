@@ -43,6 +43,9 @@ class Method:
     (a graph method: each client may mix the received model with its own, `client_app/safeguard.py`).
     `secure_aggregation`: its server needs only the (weighted) sum of the sampled clients' models,
     so it may run under the run config's `secure-aggregation` (strategies/shared/secure_aggregation.py).
+    `privacy`: the differential-privacy modes (`dp`) it supports: `sample` where its clients upload
+    only what the generic local loop trained (DP-SGD then covers every upload), `client` where its
+    server forms one average of the sampled clients' models (strategies/shared/privacy.py).
     `default`: the run config's `method` when it names none (one registered method says so).
     """
 
@@ -58,4 +61,5 @@ class Method:
     model_records: tuple[str, ...] = ()
     safeguard: bool = False
     secure_aggregation: bool = False
+    privacy: tuple[str, ...] = ()
     default: bool = False

@@ -128,7 +128,8 @@ class ReportedTruth:
     """The ground truth the clients reported, in the shape method reporters read (the fields of a
     `datasets.partition.Partition` they use): `cluster_ids` (every client's group; a client left
     out of the run gets a group of its own, −1 − id), `label_graph` (from reported label sets) and
-    FedCG's domain fields. Reporting only; any of them None when not every client reported it."""
+    the domain fields of a `domains` partition. Reporting only; any of them None when not every
+    client reported it."""
 
     num_clients: int
     cluster_ids: np.ndarray | None = None
@@ -142,8 +143,9 @@ class ReportedTruth:
 
 class ClientReports:
     """Every client's `ClientReport` of a run, by client id, and what the server derives from them:
-    SFL's / FedSKA's / FedU's `label-sharing` graph and the ground truth of the reports (ARI, share
-    of a graph inside true groups, FedCG's NMI and per-domain accuracy). The server reads no data:
+    the `label-sharing` graph (a method's given graph) and the ground truth of the reports (ARI,
+    share of a graph inside true groups, NMI and per-domain accuracy of domain clusters). The server
+    reads no data:
     what is not reported is absent, never rebuilt or guessed."""
 
     def __init__(self, num_clients: int, reports: dict[int, ClientReport],

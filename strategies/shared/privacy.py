@@ -17,8 +17,8 @@ Two modes, chosen by the run config's `dp`:
   client trains any more.
 
 Both use Opacus' RDP accountant: ε at `dp-delta` of a history of (noise multiplier, sampling rate,
-steps). Which methods support which mode is `SAMPLE_METHODS` / `CLIENT_METHODS`; `check` rejects the
-rest, and bad values, before any client is contacted.
+steps). Which modes a method supports its registry entry declares (`Method.privacy`); `check` rejects
+the rest, and bad values, before any client is contacted.
 """
 
 from __future__ import annotations
@@ -35,16 +35,6 @@ if TYPE_CHECKING:
 
 PRIVACY = "privacy"  # the record of a train request (PrivacyInstructions) and of its reply (PrivacyReport)
 MODES = ("off", "sample", "client")
-
-# Methods whose clients upload only what the generic local loop (`client_app.training.train_epochs`)
-# trained, with data-independent penalties, so DP-SGD there covers every upload. Not (yet): FLT and
-# FedSKA (they also upload embeddings / descriptors computed from raw data), FedCG (its branches'
-# domain statistics and teacher labels), IFCA (the cluster a client picks by its loss on its data).
-SAMPLE_METHODS = ("fedavg", "fedprox", "fedatt", "local", "fedper", "lg-fedavg", "fedsem", "ditto",
-                  "scaffold", "sfl", "sfl-star", "fedu")
-# Methods whose server forms one average of every sampled client's model (Flower's FedAvg): the
-# aggregate that client-level DP clips and noises.
-CLIENT_METHODS = ("fedavg", "fedprox")
 
 # One accounting entry: (noise multiplier, sampling rate, steps).
 Entry = tuple[float, float, int]
@@ -125,7 +115,7 @@ def ledger_fields(ledger: dict[int, list[Entry]]) -> dict[str, list[Any]]:
 
 class PrivacyReport(Record):
     """`privacy` of a train reply under `dp = 'sample'`: the DP-SGD steps this message took (one
-    entry per local training run, e.g. Ditto's two), the steps it planned, and the client's ε at
+    entry per local training run, e.g. two for a global and a personal model), the steps it planned, and the client's ε at
     δ after them (its ledger included)."""
 
     noise: list[float] = Field(default_factory=list)
@@ -141,14 +131,15 @@ class PrivacyReport(Record):
 
 
 # --- run-config checks ---------------------------------------------------------------------------
-def check(cfg: RunConfig, safeguard_method: bool = False) -> None:
+def check(cfg: RunConfig, modes: tuple[str, ...] = (), safeguard_method: bool = False,
+          methods: tuple[str, ...] = ()) -> None:
     """Raise ValueError (one line naming the key and what is allowed) for DP settings that cannot
-    hold: a method without the mode, the safeguard's choices on raw data beside DP-SGD, δ not below
-    1/n, a model with BatchNorm under DP-SGD."""
+    hold: a method without the mode (`modes`: the method's `Method.privacy`; `methods`: those that
+    support `cfg.dp`, for the message), the safeguard's choices on raw data beside DP-SGD, δ not
+    below 1/n, a model with BatchNorm under DP-SGD."""
     if cfg.dp == "off":
         return
-    methods = SAMPLE_METHODS if cfg.dp == "sample" else CLIENT_METHODS
-    if cfg.method not in methods:
+    if cfg.dp not in modes:
         raise ValueError(f"dp = '{cfg.dp}' is supported by methods {', '.join(methods)}; method "
                          f"'{cfg.method}' is not one of them (see docs/privacy.md): set dp='off' or "
                          "choose one of those methods")

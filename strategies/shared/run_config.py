@@ -336,7 +336,9 @@ class RunConfig(Settings):
         if self.dp != "off":
             from strategies.shared.privacy import check
 
-            check(self, registry.METHODS[self.method].safeguard)
+            method = registry.METHODS[self.method]
+            check(self, method.privacy, method.safeguard,
+                  tuple(m.name for m in registry.METHODS.values() if self.dp in m.privacy))
         if self.secure_aggregation != "off":
             from strategies.shared.secure_aggregation import check as check_secure
 

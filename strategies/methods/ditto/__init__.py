@@ -23,4 +23,4 @@ def build(cfg: RunConfig, storage: ClientMatrixStorage) -> Strategy:
 
 METHODS = (Method("ditto", build, "ditto", DittoSection, {"train.ditto": "client_app.methods.ditto:train"},
                   robust=True,
-           summary="global model + personal models pulled toward it"),)
+           summary="global model + personal models pulled toward it", privacy=("sample",)),)

@@ -22,4 +22,4 @@ def build(cfg: RunConfig, storage: ClientMatrixStorage) -> Strategy:  # keeps no
 
 METHODS = (Method("fedatt", build, "fedatt", FedAttSection,
                   summary="global model, layer-wise attentive aggregation",
-                  client_step="client_app/methods/fedavg.py"),)
+                  client_step="client_app/methods/fedavg.py", privacy=("sample",)),)

@@ -21,4 +21,4 @@ def build(cfg: RunConfig, storage: ClientMatrixStorage) -> Strategy:  # keeps no
 
 METHODS = (Method("fedavg", build, robust=True, secure_aggregation=True,
            summary="global model (Flower's `FedAvg`)",
-           client_step="client_app/methods/fedavg.py"),)
+           client_step="client_app/methods/fedavg.py", privacy=("sample", "client")),)

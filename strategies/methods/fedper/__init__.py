@@ -22,4 +22,4 @@ def build(cfg: RunConfig, storage: ClientMatrixStorage) -> Strategy:
 
 METHODS = (Method("fedper", build, robust=True,
            summary="FedPer: shared feature extractor (`features.*`), personal head (`head.*`)",
-           client_step="client_app/methods/local.py"),)
+           client_step="client_app/methods/local.py", privacy=("sample",)),)

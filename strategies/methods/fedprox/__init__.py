@@ -23,4 +23,4 @@ def build(cfg: RunConfig, storage: ClientMatrixStorage) -> Strategy:  # keeps no
 METHODS = (Method("fedprox", build, "fedprox", FedProxSection, robust=True,
            secure_aggregation=True,
            summary="global model (Flower's `FedProx`)",
-           client_step="client_app/methods/fedavg.py"),)
+           client_step="client_app/methods/fedavg.py", privacy=("sample", "client")),)

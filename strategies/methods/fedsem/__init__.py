@@ -23,4 +23,4 @@ def build(cfg: RunConfig, storage: ClientMatrixStorage) -> Strategy:
 
 METHODS = (Method("fedsem", build, "fedsem", FedSEMSection, limits={"clusters": "clients"},
            summary="FedSEM (FeSEM): K-means of the client models into C centre models, every round",
-           client_step="client_app/methods/local.py"),)
+           client_step="client_app/methods/local.py", privacy=("sample",)),)

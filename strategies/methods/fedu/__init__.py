@@ -22,4 +22,4 @@ def build(cfg: RunConfig, storage: ClientMatrixStorage) -> Strategy:
 
 METHODS = (Method("fedu", build, "fedu", FedUSection,
            summary="FedU: local models + a Laplacian-regularisation step over a given client graph",
-           client_step="client_app/methods/local.py", safeguard=True),)
+           client_step="client_app/methods/local.py", safeguard=True, privacy=("sample",)),)

@@ -22,4 +22,4 @@ def build(cfg: RunConfig, storage: ClientMatrixStorage) -> Strategy:
 
 METHODS = (Method("lg-fedavg", build, robust=True,
            summary="LG-FedAvg: personal feature extractor, shared head",
-           client_step="client_app/methods/local.py"),)
+           client_step="client_app/methods/local.py", privacy=("sample",)),)

@@ -20,4 +20,4 @@ def build(cfg: RunConfig, storage: ClientMatrixStorage) -> Strategy:
 
 
 METHODS = (Method("local", build, client={"train.local": "client_app.methods.local:train"},
-           summary='one model per client, no sharing ("Separate")'),)
+           summary='one model per client, no sharing ("Separate")', privacy=("sample",)),)

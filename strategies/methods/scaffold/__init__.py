@@ -22,4 +22,4 @@ def build(cfg: RunConfig, storage: ClientMatrixStorage) -> Strategy:
 
 METHODS = (Method("scaffold", build, "scaffold", ScaffoldSection,
                   {TRAIN_SCAFFOLD: "client_app.methods.scaffold:train"},
-                  summary="global model + control variates against client drift"),)
+                  summary="global model + control variates against client drift", privacy=("sample",)),)
