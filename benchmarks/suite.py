@@ -3,10 +3,12 @@
     python -m benchmarks.suite --seeds 0,1,2
     python -m benchmarks.suite --seeds 0,1,2 --workers 2          # cells as tasks on 2 local Ray CPUs
     python -m benchmarks.suite --seeds 0,1,2 --ray HEAD_IP:6379   # cells as tasks on a Ray cluster
+    python -m benchmarks.suite --config my-grid.toml              # another grid, same runner
 
-Grid (issue 15): settings {MNIST shards q = 2, label-clusters 5 × 2, rotated domains (4 rotations,
-10 classes), Dirichlet α = 0.1} × participation ρ ∈ {1.0, 0.2} × methods {fedavg, local, ditto, ifca,
-fedsem, scaffold, fedatt, flt, sfl, sfl-star, fedska, fedu}; on the domains setting also fedcg with the conv model. Every
+The grid is data: `benchmarks/experiments/suite.toml` (the default `--config`) names the methods,
+the participation fractions, the budget every cell shares and the data settings (MNIST shards q = 2,
+label-clusters 5 × 2, rotated domains (4 rotations, 10 classes), Dirichlet α = 0.1; on the domains
+setting also fedcg with the conv model); `load_grid` checks it. Every
 cell runs through `benchmarks.compare.compare` (same data, partition, seed and budget for every method
 of the cell; one process per cell: serially in this one, or as Ray tasks with `--workers` / `--ray`,
 with the same numbers, see `benchmarks.parallel`). On the label-clusters and domains cells IFCA and FedSEM also run with a wrong
@@ -53,29 +55,10 @@ from benchmarks.parallel import Placement, add_placement_arguments, ordered, pla
 log = logging.getLogger("bouquet.benchmarks")
 
 SUITE_DIR = RESULTS_DIR / "suite"
+GRID = Path(__file__).resolve().parent / "experiments" / "suite.toml"
 BASELINES = ("fedavg", "fedavg+FT", "local")
 FT = "+FT"  # label suffix of a method's "used model + finetune-epochs local epochs" row
 CONV = " (cnn)"  # label suffix of the domains setting's conv-model runs (FedCG and its baselines)
-GRAPH_METHODS = ("flt", "sfl", "sfl-star", "fedska", "fedu")
-METHODS = ("fedavg", "local", "ditto", "ifca", "fedsem", "scaffold", "fedatt", "flt", "sfl", "sfl-star",
-           "fedska", "fedu")
-PARTICIPATION = (1.0, 0.2)
-# the budget every cell shares: small models and client counts, so the grid runs in minutes
-COMMON: dict[str, Any] = {
-    "dataset": "mnist", "num-clients": 20, "num-rounds": 20, "model": "mlp",
-    "max-samples-per-client": 300, "local-epochs": 1, "batch-size": 32, "lr": 0.05,
-    "finetune-epochs": 1, "checkpoint-every": 0,
-}
-BUDGET_KEYS = ("dataset", "num-clients", "model", "max-samples-per-client", "local-epochs", "batch-size",
-               "lr")
-
-
-def data_budget() -> dict[str, Any]:
-    """The suite's clients, model and local training (COMMON without its run length, fine-tuning
-    and checkpoints), for benchmarks that run their own rounds on the suite's data."""
-    return {key: COMMON[key] for key in BUDGET_KEYS}
-
-
 # per-round keys of rounds.jsonl that hold a learned graph's share inside the true structure
 SHARE_KEYS = {"sfl-star": "sfl-learned-share-", "fedska": "fedska-share-"}
 
@@ -98,16 +81,84 @@ class Setting:
         return [max(1, self.true_clusters - 2), self.true_clusters + 3]
 
 
-SETTINGS: dict[str, Setting] = {s.name: s for s in (
-    Setting("shards", "MNIST shards, q = 2", {"partition": "shards", "shards-per-client": 2}),
-    Setting("label-clusters", "label-clusters, 5 clusters × 2 labels",
-            {"partition": "label-clusters", "num-clusters": 5, "labels-per-cluster": 2,
-             "ifca.clusters": 5, "fedsem.clusters": 5}, true_clusters=5),
-    Setting("domains", "rotated MNIST domains, 4 rotations, 10 classes",
-            {"partition": "domains", "domain-rotations": "0,90,180,270", "ifca.clusters": 4,
-             "fedsem.clusters": 4, "fedcg.domains": 4}, true_clusters=4, fedcg=True),
-    Setting("dirichlet", "Dirichlet α = 0.1", {"partition": "dirichlet", "dirichlet-alpha": 0.1}),
-)}
+@dataclass(frozen=True)
+class Grid:
+    """A suite's grid as its TOML file states it (`benchmarks/experiments/suite.toml`)."""
+
+    methods: tuple[str, ...]
+    participation: tuple[float, ...]
+    seeds: tuple[int, ...]
+    common: dict[str, Any]
+    settings: dict[str, Setting]
+
+
+GRID_KEYS = {"methods", "participation", "seeds", "common", "settings"}
+SETTING_KEYS = {"name", "title", "set", "true-clusters", "fedcg"}
+
+
+def load_grid(path: str | Path = GRID) -> Grid:
+    """The grid of the suite TOML at `path`; ValueError naming the file, the key and what is allowed."""
+    import tomllib
+
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        raise ValueError(f"suite grid {path}: not a readable TOML file ({err})") from None
+
+    def fail(what: str) -> ValueError:
+        return ValueError(f"suite grid {path}: {what}")
+
+    unknown = sorted(set(raw) - GRID_KEYS)
+    if unknown:
+        raise fail(f"unknown keys {unknown}; allowed: {', '.join(sorted(GRID_KEYS))}")
+    missing = sorted({"methods", "participation", "common", "settings"} - set(raw))
+    if missing:
+        raise fail(f"missing keys {missing}")
+    names = raw["methods"]
+    if not isinstance(names, list) or not names or not all(isinstance(m, str) and m for m in names):
+        raise fail(f"methods must be a non-empty list of method names, got {names!r}")
+    rhos = raw["participation"]
+    if not rhos or not all(isinstance(r, (int, float)) and 0 < r <= 1 for r in rhos):
+        raise fail(f"participation must be a list of fractions in (0, 1], got {rhos!r}")
+    seeds = raw.get("seeds", [0])
+    if not seeds or not all(isinstance(s, int) and s >= 0 for s in seeds):
+        raise fail(f"seeds must be a list of integers >= 0, got {seeds!r}")
+    if not isinstance(raw["common"], dict):
+        raise fail("[common] must be a table of run-config keys")
+    settings: dict[str, Setting] = {}
+    for item in raw["settings"]:
+        bad = sorted(set(item) - SETTING_KEYS)
+        if bad or not item.get("name") or not item.get("title"):
+            raise fail(f"a [[settings]] entry has keys {bad} or no name / title; allowed: "
+                       f"{', '.join(sorted(SETTING_KEYS))}")
+        if item["name"] in settings:
+            raise fail(f"setting '{item['name']}' given twice")
+        clusters = item.get("true-clusters", 0)
+        if not isinstance(clusters, int) or clusters < 0:
+            raise fail(f"setting '{item['name']}': true-clusters must be an integer >= 0, got {clusters!r}")
+        settings[item["name"]] = Setting(item["name"], item["title"], dict(item.get("set", {})),
+                                         true_clusters=clusters, fedcg=bool(item.get("fedcg", False)))
+    if not settings:
+        raise fail("no [[settings]]")
+    return Grid(tuple(raw["methods"]), tuple(float(r) for r in rhos), tuple(seeds), dict(raw["common"]), settings)
+
+
+# the methods whose rows a `--merge DIR::SUFFIX` relabels and whose "+FT" row is their own model
+GRAPH_METHODS = ("flt", "sfl", "sfl-star", "fedska", "fedu")
+_DEFAULT = load_grid()
+METHODS = _DEFAULT.methods
+PARTICIPATION = _DEFAULT.participation
+COMMON: dict[str, Any] = _DEFAULT.common
+SETTINGS: dict[str, Setting] = _DEFAULT.settings
+BUDGET_KEYS = ("dataset", "num-clients", "model", "max-samples-per-client", "local-epochs", "batch-size",
+               "lr")
+
+
+def data_budget() -> dict[str, Any]:
+    """The suite's clients, model and local training (COMMON without its run length, fine-tuning
+    and checkpoints), for benchmarks that run their own rounds on the suite's data."""
+    return {key: COMMON[key] for key in BUDGET_KEYS}
 
 
 def cell_name(setting: str, rho: float, seed: int, suffix: str = "") -> str:
@@ -172,9 +223,10 @@ def _result(setting: str, rho: float, seed: int, label: str, summary: dict[str, 
 
 def run_cell(setting: Setting, rho: float, seed: int, methods: Sequence[str],
              extra: dict[str, Any], results_dir: Path, runs_root: Path,
-             fedcg: bool = True) -> list[CellResult]:
-    """Every method of one cell through `compare`, then the wrong-cluster-count and FedCG runs."""
-    overrides = {**COMMON, **setting.overrides, "fraction-train": rho, "seed": seed, **extra}
+             fedcg: bool = True, common: dict[str, Any] | None = None) -> list[CellResult]:
+    """Every method of one cell through `compare`, then the wrong-cluster-count and FedCG runs;
+    `common`: the budget every cell shares (default the suite's, `COMMON`)."""
+    overrides = {**(COMMON if common is None else common), **setting.overrides, "fraction-train": rho, "seed": seed, **extra}
     out: list[CellResult] = []
     name = cell_name(setting.name, rho, seed)
     runs = runs_root / name
@@ -252,10 +304,11 @@ def final_share(results: list[CellResult]) -> tuple[float | None, str]:
 
 
 def setting_table(results: list[CellResult], setting: Setting, rhos: Sequence[float],
-                  seeds: Sequence[int], header: list[str]) -> str:
+                  seeds: Sequence[int], header: list[str], rounds: int | None = None) -> str:
     """`suite-<setting>.md`: mean / worst 5% / Δ vs max(FedAvg, FedAvg+FT, Local) per method and ρ."""
+    rounds = COMMON["num-rounds"] if rounds is None else rounds
     lines = [*header, "", f"## {setting.title}", "",
-             f"Personalized accuracy (%) after round {COMMON['num-rounds']}, mean over seeds "
+             f"Personalized accuracy (%) after round {rounds}, mean over seeds "
              f"{', '.join(map(str, seeds))}" + (" (± std over seeds)" if len(seeds) > 1 else "")
              + ". **worst 5%**: mean of the ⌈5%·K⌉ worst clients. **Δ**: mean − max(FedAvg, "
              "FedAvg+FT, Local) of the same seed, in points. **+FT**: the model after "
@@ -315,11 +368,13 @@ def plot_bytes(results: list[CellResult], setting: str, rho: float, seed: int,
 
 def write_outputs(results: list[CellResult], settings: Sequence[Setting], rhos: Sequence[float],
                   seeds: Sequence[int], results_dir: Path, command: str,
-                  started: float, extra: dict[str, Any] | None = None) -> None:
+                  started: float, extra: dict[str, Any] | None = None,
+                  common: dict[str, Any] | None = None) -> None:
     from benchmarks.common import code_version, machine_facts, versions_line
 
     m, code = machine_facts(), code_version()
     extra = extra or {}
+    common = COMMON if common is None else common
     header = [
         "Produced by", "", "```", command, "```", "",
         f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))}; code: commit "
@@ -327,13 +382,14 @@ def write_outputs(results: list[CellResult], settings: Sequence[Setting], rhos: 
         + f"; wall time {(time.time() - started) / 60:.1f} min",
         f"- machine: {m['cpu']}, {m['cores']} cores (torch threads {m['torch-threads']})",
         *versions_line(m),
-        "- common budget: " + ", ".join(f"{k}={v}" for k, v in COMMON.items())
+        "- common budget: " + ", ".join(f"{k}={v}" for k, v in common.items())
         + ("; overridden: " + ", ".join(f"{k}={v}" for k, v in extra.items()) if extra else ""),
     ]
     results_dir.mkdir(parents=True, exist_ok=True)
     for setting in settings:
         (results_dir / f"suite-{setting.name}.md").write_text(
-            setting_table(results, setting, rhos, seeds, [f"# Suite: {setting.title}", "", *header]))
+            setting_table(results, setting, rhos, seeds, [f"# Suite: {setting.title}", "", *header],
+                          {**common, **extra}.get("num-rounds")))
         if setting.true_clusters:
             for rho in rhos:
                 plot_bytes(results, setting.name, rho, seeds[0],
@@ -343,33 +399,35 @@ def write_outputs(results: list[CellResult], settings: Sequence[Setting], rhos: 
                                                  *header]))
     (results_dir / "suite.json").write_text(json.dumps(
         {"command": command, "seeds": list(seeds), "rhos": list(rhos),
-         "settings": [s.name for s in settings], "common": COMMON,
+         "settings": [s.name for s in settings], "common": common,
          "results": [r.__dict__ for r in results]}, indent=1, default=str))
 
 
 def _run_cell(cell: tuple[Setting, float, int], *, methods: Sequence[str], extra: dict[str, Any],
-              results_dir: Path, runs_root: Path, fedcg: bool) -> list[CellResult]:
+              results_dir: Path, runs_root: Path, fedcg: bool,
+              common: dict[str, Any] | None = None) -> list[CellResult]:
     """`run_cell` of one (setting, ρ, seed): the unit a Ray task runs."""
     setting, rho, seed = cell
-    return run_cell(setting, rho, seed, methods, extra, results_dir, runs_root, fedcg=fedcg)
+    return run_cell(setting, rho, seed, methods, extra, results_dir, runs_root, fedcg=fedcg,
+                    common=common)
 
 
 def run_suite(settings: Sequence[Setting], rhos: Sequence[float], seeds: Sequence[int],
               methods: Sequence[str], extra: dict[str, Any], results_dir: Path, runs_root: Path,
-              command: str, fedcg: bool = True, placement: Placement | None = None
-              ) -> list[CellResult]:
+              command: str, fedcg: bool = True, placement: Placement | None = None,
+              common: dict[str, Any] | None = None) -> list[CellResult]:
     """Every cell (seed × setting × ρ); with a Ray `placement` the cells run as parallel tasks
     (`benchmarks.parallel`). The tables are rewritten after every finished cell, rows in the serial
     order."""
     started = time.time()
     cells = [(setting, rho, seed) for seed in seeds for setting in settings for rho in rhos]
     run = partial(_run_cell, methods=methods, extra=extra, results_dir=results_dir,
-                  runs_root=runs_root, fedcg=fedcg)
+                  runs_root=runs_root, fedcg=fedcg, common=common)
     done: dict[int, list[CellResult]] = {}
     for index, cell_results in run_all(run, cells, placement or Placement()):
         done[index] = cell_results
         results = [r for part in ordered(done) for r in part]
-        write_outputs(results, settings, rhos, seeds, results_dir, command, started, extra)
+        write_outputs(results, settings, rhos, seeds, results_dir, command, started, extra, common)
     return [r for part in ordered(done) for r in part]
 
 
@@ -437,12 +495,18 @@ def merge(parts: Sequence[Path | str], results_dir: Path, command: str) -> list[
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = benchmark_parser("suite", __doc__)
-    parser.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
-    parser.add_argument("--settings", default=",".join(SETTINGS),
-                        help=f"comma-separated subset of {', '.join(SETTINGS)}")
-    parser.add_argument("--rhos", default=",".join(f"{r:g}" for r in PARTICIPATION),
-                        help="comma-separated participation fractions (default 1,0.2)")
-    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--config", default=str(GRID), metavar="FILE",
+                        help="the grid (TOML): methods, participation, seeds, common budget and "
+                             "settings (default benchmarks/experiments/suite.toml)")
+    parser.add_argument("--seeds", default=None, help="comma-separated seeds (default: the grid's)")
+    parser.add_argument("--settings", default=None,
+                        help=f"comma-separated subset of the grid's settings (default all: "
+                             f"{', '.join(SETTINGS)})")
+    parser.add_argument("--rhos", default=None,
+                        help="comma-separated participation fractions (default: the grid's, "
+                             + ",".join(f"{r:g}" for r in PARTICIPATION) + ")")
+    parser.add_argument("--methods", default=None, help="comma-separated methods (default: the "
+                        "grid's)")
     parser.add_argument("--no-fedcg", action="store_true", help="skip fedcg on the domains setting")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="run-config override for every cell (repeatable)")
@@ -464,13 +528,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     set_threads(args.threads)
     try:
-        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-        rhos = [float(r) for r in args.rhos.split(",") if r.strip()]
-        unknown = [s for s in args.settings.split(",") if s.strip() and s.strip() not in SETTINGS]
+        grid = load_grid(args.config)
+        seeds = ([int(s) for s in args.seeds.split(",") if s.strip()] if args.seeds is not None
+                 else list(grid.seeds))
+        rhos = ([float(r) for r in args.rhos.split(",") if r.strip()] if args.rhos is not None
+                else list(grid.participation))
+        names = (args.settings.split(",") if args.settings is not None else list(grid.settings))
+        unknown = [s for s in names if s.strip() and s.strip() not in grid.settings]
         if unknown:
-            raise ValueError(f"unknown setting(s) {unknown}; allowed: {', '.join(SETTINGS)}")
-        settings = [SETTINGS[s.strip()] for s in args.settings.split(",") if s.strip()]
-        methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+            raise ValueError(f"unknown setting(s) {unknown}; allowed: {', '.join(grid.settings)}")
+        settings = [grid.settings[s.strip()] for s in names if s.strip()]
+        methods = ([m.strip() for m in args.methods.split(",") if m.strip()]
+                   if args.methods is not None else list(grid.methods))
         extra = parse_set(args.set)
         if not seeds or not rhos or not settings or not methods:
             raise ValueError("--seeds, --rhos, --settings and --methods must each name at least one")
@@ -479,7 +548,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(err))
     command = "python -m benchmarks.suite " + shlex.join(argv)
     results = run_suite(settings, rhos, seeds, methods, extra, Path(args.results_dir),
-                        Path(args.runs_dir), command, fedcg=not args.no_fedcg, placement=placement)
+                        Path(args.runs_dir), command, fedcg=not args.no_fedcg, placement=placement,
+                        common=grid.common)
     print((Path(args.results_dir) / "suite-delta.md").read_text())
     log.info("suite: %d runs written to %s", len(results), args.results_dir)
     return 0

@@ -116,3 +116,45 @@ def test_the_command_line_rejects_an_unknown_setting(capsys):
     with pytest.raises(SystemExit):
         main(["--settings", "spirals"])
     assert "unknown setting" in capsys.readouterr().err
+
+
+def test_the_committed_grid_is_the_suites_default(tmp_path):
+    """benchmarks/experiments/suite.toml is the grid `python -m benchmarks.suite` runs."""
+    from benchmarks.suite import COMMON, GRID, METHODS, PARTICIPATION, load_grid
+
+    grid = load_grid(GRID)
+    assert list(grid.settings) == ["shards", "label-clusters", "domains", "dirichlet"] == list(SETTINGS)
+    assert grid.methods == METHODS and "fedu" in METHODS and grid.participation == PARTICIPATION == (1.0, 0.2)
+    assert grid.common == COMMON and COMMON["num-rounds"] == 20
+    assert SETTINGS["domains"].fedcg and SETTINGS["domains"].overrides["fedcg.domains"] == 4
+    assert SETTINGS["label-clusters"].true_clusters == 5 and not SETTINGS["dirichlet"].fedcg
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('methods = ["fedavg"]\nparticipation = [1.0]\nrounds = 3\n[common]\n[[settings]]\nname = "a"\n'
+     'title = "A"\n', "unknown keys \\['rounds'\\]"),
+    ('methods = []\nparticipation = [1.0]\n[common]\n[[settings]]\nname = "a"\ntitle = "A"\n',
+     "methods must be a non-empty list"),
+    ('methods = ["fedavg"]\nparticipation = [0]\n[common]\n[[settings]]\nname = "a"\ntitle = "A"\n',
+     "participation must be a list of fractions"),
+    ('methods = ["fedavg"]\nparticipation = [1.0]\n[common]\n[[settings]]\nname = "a"\ntitle = "A"\n'
+     'clusters = 3\n', "a \\[\\[settings\\]\\] entry has keys \\['clusters'\\]"),
+    ("methods = [", "not a readable TOML file"),
+])
+def test_a_grid_file_is_checked_naming_the_file_and_the_key(tmp_path, text, message):
+    from benchmarks.suite import load_grid
+
+    path = tmp_path / "grid.toml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message) as err:
+        load_grid(path)
+    assert str(path) in str(err.value)
+
+
+def test_the_command_line_takes_another_grid_file(tmp_path, capsys):
+    path = tmp_path / "mine.toml"
+    path.write_text('methods = ["fedavg"]\nparticipation = [1.0]\n[common]\nnum-rounds = 1\n'
+                    '[[settings]]\nname = "spirals"\ntitle = "Spirals"\nset = { partition = "iid" }\n')
+    with pytest.raises(SystemExit):
+        main(["--config", str(path), "--settings", "shards"])  # not in this grid
+    assert "unknown setting(s) ['shards']; allowed: spirals" in capsys.readouterr().err
