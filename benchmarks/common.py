@@ -175,28 +175,5 @@ def versions_line(machine: dict[str, Any]) -> list[str]:
             f"(torch {kernels.get('torch-cpu-capability', '?')})"]
 
 
-# --- Markdown tables -------------------------------------------------------------------------------
-# A column's alignment letter -> its cell in the separator row.
-ALIGNMENTS = {"l": "---", "r": "---:", "c": ":---:"}
-
-
-def markdown_table(headers: Sequence[str], align: str, rows: Iterable[Sequence[Any]]) -> list[str]:
-    """The lines of a Markdown table: the header row, the separator row and one line per row.
-
-    `align` has one letter per column: `l` left (`---`), `r` right (`---:`), `c` centred (`:---:`).
-    A cell is `str(cell)` between single spaces, written as it is (escape a `|` in it yourself);
-    None leaves the cell blank (`| |`), an empty string is an empty value (`|  |`)."""
-    if len(align) != len(headers) or any(letter not in ALIGNMENTS for letter in align):
-        raise ValueError(f"markdown_table: align {align!r} must have one of "
-                         f"{'/'.join(ALIGNMENTS)} per column ({len(headers)} columns)")
-    lines = [_table_row(headers), "|" + "|".join(ALIGNMENTS[letter] for letter in align) + "|"]
-    for row in rows:
-        if len(row) != len(headers):
-            raise ValueError(f"markdown_table: a row has {len(row)} cells, the header "
-                             f"{len(headers)}: {list(row)!r}")
-        lines.append(_table_row(row))
-    return lines
-
-
-def _table_row(cells: Sequence[Any]) -> str:
-    return "|" + "|".join(" " if cell is None else f" {cell} " for cell in cells) + "|"
+# --- Markdown tables: the docs' renderer (docs/render.py), which the benchmarks' pages share -----
+from docs.render import ALIGNMENTS, markdown_table  # noqa: E402,F401

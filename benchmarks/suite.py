@@ -56,9 +56,8 @@ log = logging.getLogger("bouquet.benchmarks")
 
 SUITE_DIR = RESULTS_DIR / "suite"
 GRID = Path(__file__).resolve().parent / "experiments" / "suite.toml"
-BASELINES = ("fedavg", "fedavg+FT", "local")
-FT = "+FT"  # label suffix of a method's "used model + finetune-epochs local epochs" row
-CONV = " (cnn)"  # label suffix of the domains setting's conv-model runs (FedCG and its baselines)
+# the row labels of suite.json, as the docs read them
+from docs.render import BASELINES, CONV, FT, GRAPH_METHODS, baselines_of as _baselines_of  # noqa: E402
 # per-round keys of rounds.jsonl that hold a learned graph's share inside the true structure
 SHARE_KEYS = {"sfl-star": "sfl-learned-share-", "fedska": "fedska-share-"}
 
@@ -144,8 +143,6 @@ def load_grid(path: str | Path = GRID) -> Grid:
     return Grid(tuple(raw["methods"]), tuple(float(r) for r in rhos), tuple(seeds), dict(raw["common"]), settings)
 
 
-# the methods whose rows a `--merge DIR::SUFFIX` relabels and whose "+FT" row is their own model
-GRAPH_METHODS = ("flt", "sfl", "sfl-star", "fedska", "fedu")
 _DEFAULT = load_grid()
 METHODS = _DEFAULT.methods
 PARTICIPATION = _DEFAULT.participation
@@ -289,11 +286,6 @@ def delta_vs_baselines(results: list[CellResult], setting: str, rho: float,
         if r.mean is not None and base:
             deltas.append(r.mean - max(base))
     return float(np.mean(deltas)) if deltas else None
-
-
-def _baselines_of(label: str) -> tuple[str, ...]:
-    suffix = CONV if label.endswith(CONV) else ""
-    return tuple(b.replace(FT, suffix + FT) if b.endswith(FT) else b + suffix for b in BASELINES)
 
 
 def final_share(results: list[CellResult]) -> tuple[float | None, str]:

@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import markdown_table
+from docs.render import markdown_table
 # the link prefix of README.md: `{prefix}results/<name>.md` is then `benchmarks/results/<name>.md`
 from docs.blocks.data import README_PREFIX, touch
 

@@ -25,7 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import markdown_table
+from docs.render import baselines_of, markdown_table  # noqa: F401 (the blocks' table)
 
 REPO = Path(__file__).resolve().parent.parent.parent
 RESULTS = REPO / "benchmarks" / "results"
@@ -229,15 +229,8 @@ def expect_run_setting(run: Comparison, key: str, value: Any) -> None:
 
 
 # --- benchmarks.suite ------------------------------------------------------------------------------
-def baselines_of(label: str) -> tuple[str, ...]:
-    """The baseline rows a suite row's Δ is taken against, as `benchmarks.suite` takes them:
-    max(FedAvg, FedAvg+FT, Local), run with the same model (the `(cnn)` rows against the `(cnn)`
-    baselines); a baseline a run lacks is left out of the max."""
-    from benchmarks import suite as module
-
-    return module._baselines_of(label)
-
-
+# baselines_of (docs.render): the rows a suite row's Δ is taken against, max(FedAvg, FedAvg+FT,
+# Local) run with the same model; a baseline a run lacks is left out of the max
 BASELINES = baselines_of("fedavg")
 # the label suffix of a graph method's rows run with `safeguard = "off"` beside the default rows
 SAFEGUARD_OFF = " (safeguard off)"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks.suite import GRAPH_METHODS
+from docs.render import GRAPH_METHODS
 from docs.blocks import block
 from docs.blocks.data import compare, expect_same_training, num, signed, suite, table
 from docs.blocks.flt import answer_run, default_run, mix_run
