@@ -354,8 +354,10 @@ def plot(summaries: list[dict[str, Any]], path: Path, title: str = "") -> None:
 
 
 # --- experiment configs (one per paper table: benchmarks/papers/*.toml) ----------------------------
-GRID_KEYS = {"paper", "table", "title", "methods", "seeds", "common", "cells"}
-CELL_KEYS = {"name", "methods", "set", "note"}
+# `reported` and `differences` (and a cell's `label` and `reported`): the paper's numbers and the
+# settings that differ from it, read by the docs (docs/blocks/papers.py), not by the runs
+GRID_KEYS = {"paper", "table", "title", "methods", "seeds", "common", "cells", "reported", "differences"}
+CELL_KEYS = {"name", "methods", "set", "note", "label", "reported"}
 
 
 def load_grid(path: str | Path) -> dict[str, Any]:

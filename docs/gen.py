@@ -20,6 +20,8 @@ a docs page as `results/<name>.md` (the site's page):
                                                   committed results: docs/blocks/)
     <!-- gen:keys -->  ...  <!-- /gen -->  (every run-config key, from RunConfig and the methods'
                                            settings models: docs/keys.py)
+    <!-- gen:paper CONFIG -->  ...  <!-- /gen -->  (a paper table from benchmarks/papers/CONFIG.toml
+                                                  and its committed runs: docs/blocks/papers.py)
 
 `python -m docs.gen results --out DIR` re-renders every results Markdown file and plot (Markdown
 and PNG) from the committed JSON into DIR; the suite's per-cell Markdown and plots are not committed,
@@ -348,13 +350,17 @@ def fill(text: str, page: Path) -> str:
             from docs import blocks
 
             body = "\n\n".join(blocks.render(name, prefix) for name in args)
+        elif kind == "paper":
+            from docs.blocks.papers import paper_table
+
+            body = "\n\n".join(paper_table(name, prefix) for name in args)
         elif kind == "keys" and page != README:
             from docs.keys import keys_tables
 
             body = keys_tables(DOCS, page)
         else:
             raise ValueError(f"docs/{page}: unknown marker 'gen:{kind}' "
-                             "(allowed: settings, results, method-results, suite-delta, block, keys)")
+                             "(allowed: settings, results, method-results, suite-delta, block, keys, paper)")
         return f"<!-- gen:{kind}{match.group(2)} -->\n{body}\n<!-- /gen -->"
 
     return MARKER.sub(generated, text)

@@ -1,0 +1,92 @@
+"""docs/papers.md: each paper table rendered from its config (benchmarks/papers/*.toml) and the
+committed results (docs/blocks/papers.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from docs import gen
+from docs.blocks import papers
+from docs.blocks.data import num
+
+PAGE = gen.DOCS / "papers.md"
+CONFIGS = sorted(papers.PAPERS.glob("*.toml"))
+
+
+def test_the_page_shows_every_paper_table_and_each_cells_numbers_from_its_config():
+    text = PAGE.read_text()
+    shown = set(re.findall(r"<!-- gen:paper (\S+) -->", text))
+    assert shown == {p.stem for p in CONFIGS}
+    for path in CONFIGS:
+        grid = papers.load(path.stem)
+        block = papers.paper_table(path.stem)
+        assert block in text
+        for cell in grid["cells"]:
+            row = next(line for line in block.splitlines() if line.startswith(f"| {cell['label']} |"))
+            for entry in cell["reported"].values():
+                for value in (entry.values() if isinstance(entry, dict) else [entry]):
+                    assert num(value) in row, (path.name, cell["name"], value)
+        for difference in grid["differences"]:
+            assert f"- {difference}" in block
+
+
+def test_a_cell_without_a_committed_run_says_what_it_needs():
+    block = papers.paper_table("fedska-table1")
+    assert "| CIFAR-10 q=2 (`cifar10-q2`) | CIFAR-10 |" in block
+    assert "not run here: needs CIFAR-10 at `data-root`" in block
+    assert "not run here yet (MNIST needs no `data-root`)" in block
+    assert ("python -m benchmarks.compare --config benchmarks/papers/fedska-table1.toml "
+            "--cells cifar10-q2,cifar10-q5,cifar10-q10,shakespeare --set data-root=/data") in block
+
+
+def test_a_committed_run_of_a_cell_is_shown_with_its_numbers_and_linked(tmp_path, monkeypatch):
+    """A config whose cell's runs are committed (here: named after committed comparisons) gets a
+    Bouquet table read from their JSON, each row linking its results page, its numbers those the
+    page shows (the docs' check of cited rows)."""
+    from tests.test_docs import shown_numbers_missing
+
+    grid = (papers.PAPERS / "fedska-table1.toml").read_text()
+    grid = grid.replace('methods = ["local", "fedavg", "fedprox", "ditto", "ifca", "fedu", "sfl", "fedska"]',
+                        'methods = ["fedavg", "flt", "ifca"]').replace("seeds = [0]", "seeds = [0, 1, 7]")
+    cells = "\n".join(f'[[cells]]\nname = "{n}"\nlabel = "{n}"\nset = {{ dataset = "mnist" }}\n'
+                      f"reported = {{ fedavg = 1.5 }}\n" for n in ("m50-r100", "m50-r100-e5"))
+    head = grid.split("[[cells]]")[0]
+    (tmp_path / "flt-label-clusters.toml").write_text(head + cells)
+    monkeypatch.setattr(papers, "PAPERS", tmp_path)
+    assert tomllib.loads(head + cells)["methods"] == ["fedavg", "flt", "ifca"]
+
+    block = papers.paper_table("flt-label-clusters")
+    rows = [line for line in block.splitlines() if line.startswith("|") and "](results/" in line]
+    stems = [f"flt-label-clusters-{c}-seed{s}" for c in ("m50-r100", "m50-r100-e5") for s in (0, 1)]
+    assert [re.search(r"\[`([^`]+)`\]", row).group(1) for row in rows] == stems  # seed 7: none
+    for stem, row in zip(stems, rows):
+        data = json.loads((gen.RESULTS / f"{stem}.json").read_text())
+        for summary in data["summaries"]:
+            if summary["method"] in ("fedavg", "flt", "ifca"):
+                assert num(summary["final"]["personalized"]["mean"]) in row
+    assert "| m50-r100 (`m50-r100`) | MNIST | `dataset=mnist` | committed: seed 0, seed 1 |" in block
+    cited = [(PAGE, row, [gen.RESULTS / f"{stem}.json"]) for stem, row in zip(stems, rows)]
+    assert shown_numbers_missing(cited) == []
+    assert f"[`{stems[0]}.json`](results/{stems[0]}.md)" in block  # the sources line
+
+
+def test_a_config_without_its_paper_data_is_refused_naming_the_file_and_key(tmp_path, monkeypatch):
+    source = (papers.PAPERS / "flt-table2.toml").read_text()
+    monkeypatch.setattr(papers, "PAPERS", tmp_path)
+    (tmp_path / "a.toml").write_text(source.replace("[reported]", "[reported-x]"))
+    with pytest.raises(ValueError, match=r"a\.toml needs a \[reported\] table"):
+        papers.load("a")
+    (tmp_path / "b.toml").write_text(source.replace("reported = { fedavg", "reported = { scaffold"))
+    with pytest.raises(ValueError, match=r"cell 'structured' reports \['scaffold'\], which it does not run"):
+        papers.load("b")
+    (tmp_path / "c.toml").write_text(source.replace('format = "{acc}±{se} / {var}"',
+                                                    'format = "{acc} / {sd}"'))
+    with pytest.raises(KeyError, match=r"cell 'structured' fedavg has no 'sd'"):
+        papers.paper_table("c")
+    with pytest.raises(FileNotFoundError, match="no paper table"):
+        papers.load("missing")
