@@ -141,7 +141,9 @@ def bouquet_job(clients: int, rounds: int, samples: int, extra: dict[str, Any]) 
 def bouquet_results(directory: Path, wall: float) -> dict[str, Any]:
     """Per-round seconds, runner seconds and final accuracy from a finished Bouquet run."""
     if not (directory / "summary.json").exists():
-        raise RuntimeError(f"no summary.json in {directory}: the run failed")
+        log = directory.parent / f"{directory.name}.log"
+        raise RuntimeError(f"no summary.json in {directory}: the run failed; its output ends: "
+                           + (log.read_text()[-3000:] if log.exists() else "(no output)"))
     rounds = [json.loads(line) for line in (directory / "rounds.jsonl").read_text().splitlines()
               if line.strip()]
     summary = json.loads((directory / "summary.json").read_text())
