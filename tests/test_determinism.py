@@ -30,9 +30,14 @@ JOB = {**BASE, "method": "fedavg", "model": "mlp", "num-clients": 5, "num-rounds
        "fraction-train": 1.0}
 
 
-def _untimed(record: dict) -> dict:
-    """A round record or summary without its timings (`seconds`, `*-seconds`, `seconds-per-round`)."""
-    return {k: v for k, v in record.items() if "seconds" not in k}
+def _untimed(record):
+    """A round record or summary without its timings (`seconds`, `*-seconds`, `seconds-per-round`),
+    nested ones included."""
+    if isinstance(record, list):
+        return [_untimed(item) for item in record]
+    if not isinstance(record, dict):
+        return record
+    return {k: _untimed(v) for k, v in record.items() if "seconds" not in k}
 
 
 def _message(client: int, server_round: int, message_type: str = "train") -> Message:
