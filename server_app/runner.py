@@ -14,7 +14,8 @@ import logging
 import random
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -113,6 +114,10 @@ class FederationRunner:
         self.train_clients = self.clients if held_out is None else TrainClients(
             self.clients, sorted(set(range(cfg.num_clients)) - {int(c) for c in held_out}))
         self.latest: dict[int, dict[str, Any]] = {}  # client id -> last evaluation metrics
+        # the state of the draws that choose clients (Flower's `sample_nodes` draws from `random`):
+        # kept apart from the process's `random`, which Flower's own transport may draw from too, so
+        # the choice depends only on the run seed and the rounds before, in process and deployed
+        self.sampling = random.Random(cfg.seed).getstate()
         self.callbacks = list(callbacks)
         # what a checkpoint holds: the strategy and last metrics, the round history, and the state
         # of every callback that has some
@@ -132,11 +137,25 @@ class FederationRunner:
         self.view.strategy = strategy
 
     def state(self) -> dict[str, Any]:
-        """The strategy (pickled whole: every method's state) and each client's last metrics."""
-        return {"strategy": self.strategy, "latest": self.latest}
+        """The strategy (pickled whole: every method's state), each client's last metrics and the
+        state of the client sampling draws."""
+        return {"strategy": self.strategy, "latest": self.latest, "sampling": self.sampling}
 
     def restore(self, state: dict[str, Any]) -> None:
         self.strategy, self.latest = state["strategy"], state["latest"]
+        self.sampling = state["sampling"]
+
+    @contextmanager
+    def sampling_draws(self) -> Iterator[None]:
+        """Run a strategy's configure step (which may sample clients from `random`) on the run's own
+        sampling state."""
+        outside = random.getstate()
+        random.setstate(self.sampling)
+        try:
+            yield
+        finally:
+            self.sampling = random.getstate()
+            random.setstate(outside)
 
     # --- setup ------------------------------------------------------------------------------
     def connect(self, timeout: float) -> None:
@@ -283,9 +302,10 @@ class FederationRunner:
         config = self.evaluate_config(server_round).config()
         records = self.request_records("evaluate", server_round)
         self.method_step("before_evaluate", server_round, arrays, config)
-        return self.with_records(
-            list(self.strategy.configure_evaluate(server_round, arrays, config, self.clients)),
-            records)
+        with self.sampling_draws():
+            messages = list(self.strategy.configure_evaluate(server_round, arrays, config,
+                                                             self.clients))
+        return self.with_records(messages, records)
 
     def evaluate(self, server_round: int, arrays: ArrayRecord) -> dict[str, Any]:
         """An evaluate-only phase; the round's evaluation record."""
@@ -328,9 +348,10 @@ class FederationRunner:
         config = self.train_config(server_round).config()
         records = self.request_records("train", server_round)
         self.method_step("before_train", server_round, arrays, config)
-        messages = self.with_records(
-            list(self.strategy.configure_train(server_round, arrays, config, self.train_clients)),
-            records)
+        with self.sampling_draws():
+            configured = list(self.strategy.configure_train(server_round, arrays, config,
+                                                            self.train_clients))
+        messages = self.with_records(configured, records)
         if pending is None:
             return messages, self.exchange(messages, "train")
         trained, evaluated = self.clients.exchange_fused(
@@ -356,7 +377,7 @@ class FederationRunner:
             arrays, last_round, self.earlier_seconds, pending = (
                 resumed.arrays, resumed.server_round, resumed.seconds, resumed.pending)
         else:
-            random.seed(cfg.seed)  # Flower's node sampling draws from `random`
+            random.seed(cfg.seed)  # any other draw of the server from `random`
             last_round, self.earlier_seconds = 0, 0.0
             pending = {"round": 0, "seconds": 0.0, **self._traffic(0)}
             if not cfg.fuse_evaluate:
