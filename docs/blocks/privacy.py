@@ -23,6 +23,8 @@ REVEALS: dict[str, str] = {
     "slot_features": "FedSKA's feature descriptors, computed from the client's raw inputs",
     "slot_gradients": "gradients of the client's loss on its data with respect to the shared slots",
     "control": "SCAFFOLD's control variate: the client's mean gradient over its local steps",
+    "client-control": "SCAFFOLD's control variate: the client's mean gradient over its local steps",
+    "descriptor": "FedSKA's mean feature of the client's data (a summary of its raw inputs)",
     "privacy": "the DP-SGD steps taken and the client's ε (dp = 'sample' only)",
 }
 # ConfigRecord / MetricRecord key -> what it reveals (config and metrics records list their keys)
@@ -40,6 +42,16 @@ KEY_REVEALS: dict[str, str] = {
     "gains": "held-out gains of mixes (safeguard)", "squares": "held-out gains of mixes (safeguard)",
     "own": "the weight of its own model (safeguard)", "finetuned": "its choice of model (safeguard)",
     "start-gain": "held-out gains (safeguard)", "start-square": "held-out gains (safeguard)",
+    "student-counts": "how many of its test samples the domain classifier puts in each domain",
+    "teacher-counts": "how many of its test samples the teacher puts in each domain",
+    "soft-correct": "test accuracy per domain (soft domain weights)",
+    "hard-correct": "test accuracy per domain (hard domain assignment)",
+    "logit-sum": "sums of the teacher's domain logits over its samples (its domain mix)",
+    "logit-square-sum": "sums of squared domain logits over its samples (their spread)",
+    "logit-sample": "a few of its samples' domain logits, drawn at random",
+    "student-agreement": "how often the student agrees with the teacher on its samples",
+    "student-loss": "the student's loss on its data",
+    "cluster": "which cluster model fits its data best (lowest loss)",
 }
 
 
