@@ -41,11 +41,13 @@ def run_config(context: Context) -> RunConfig:
 
 
 def data_dir(context: Context) -> str | None:
-    """The node's own data folder (node_config `data-dir`), or None: the node then rebuilds its
-    clients' share of the run's data set from its partition slot."""
+    """The node's own data folder (node_config `data-dir`), else the run's (`data-dir` of the run
+    config: a simulation over one's own federated data, every simulated SuperNode on one machine),
+    or None: the node then rebuilds its clients' share of the run's data set from its partition
+    slot."""
     folder = context.node_config.get(DATA_DIR_KEY)
     if folder in (None, ""):
-        return None
+        return run_config(context).data_dir or None
     if not isinstance(folder, str):
         raise NodeConfigError(f'node_config {DATA_DIR_KEY}={folder!r} must be a quoted path: '
                               f'{DATA_DIR_KEY}="/data/site-a"')
@@ -54,16 +56,22 @@ def data_dir(context: Context) -> str | None:
 
 def local_clients(context: Context) -> list[LocalClient]:
     """The clients found in the node's `data-dir` (`datasets.local.discover`), sorted by name; a
-    `NodeConfigError` names the node when the folder is not usable at all."""
+    `NodeConfigError` names the node when the folder is not usable at all. Under the run config's
+    `data-dir` (a simulation) a node hosts the clients at its partition slot: those whose position
+    in the sorted list is partition-id mod num-partitions."""
     folder = data_dir(context)
     name = context.node_config.get(CLIENT_NAME_KEY)
     if name not in (None, "") and not isinstance(name, str):
         raise NodeConfigError(f'node_config {CLIENT_NAME_KEY}={name!r} must be a quoted name: '
                               f'{CLIENT_NAME_KEY}="site-a"')
     try:
-        return _discover(folder, name or None)
+        clients = _discover(folder, name or None)
     except LocalDataError as err:
         raise NodeConfigError(f"node {context.node_id}: {err}") from None
+    if context.node_config.get(DATA_DIR_KEY) in (None, ""):  # the run's folder, shared by the nodes
+        partition_id, num_partitions = partition_slot(context)
+        clients = clients[partition_id::num_partitions]
+    return clients
 
 
 @lru_cache(maxsize=16)

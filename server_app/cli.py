@@ -103,10 +103,22 @@ def check(overrides: Mapping[str, Any], defaults: Mapping[str, Any] | None = Non
 
 
 def check_data(cfg: RunConfig) -> None:
-    """Load the run's data set and partition (cached per process, as the clients load it)."""
+    """Load the run's data set and partition (cached per process, as the clients load it), or with
+    `data-dir` (a simulation over one's own data) find the clients there."""
     from datasets.federated import load_partition
+    from datasets.local import LocalDataError, discover
     from datasets.sources import DataNotFoundError
 
+    if cfg.data_dir:
+        try:
+            found = discover(cfg.data_dir)
+        except LocalDataError as err:
+            raise CheckFailed(f"data-dir: {err}") from None
+        if len(found) != cfg.num_clients:
+            raise CheckFailed(f"data-dir = '{cfg.data_dir}' holds {len(found)} clients "
+                              f"({', '.join(c.name for c in found[:5])}{', ...' if len(found) > 5 else ''}) "
+                              f"but num-clients = {cfg.num_clients}; set num-clients={len(found)}")
+        return
     try:
         load_partition(cfg.data_spec)
     except (DataNotFoundError, OSError) as err:

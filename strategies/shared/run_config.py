@@ -150,6 +150,11 @@ class RunConfig(Settings):
     # the names of the model's classes 0..n-1, in this order (comma-separated; empty: "0".."n-1"): a
     # node's own data (node_config data-dir) names its classes by them (datasets/local.py)
     class_names: str = ""
+    # a simulation on one machine over one's own federated data: a folder with one subfolder per
+    # client (datasets/local.py layouts), read only by the clients; each simulated SuperNode hosts
+    # the subfolders at its partition slot (sorted position mod num-partitions). A SuperNode's own
+    # node_config data-dir wins (a deployment); empty: the built-in data set and partition
+    data_dir: str = ""
 
     @field_validator("method")
     @classmethod
