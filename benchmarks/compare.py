@@ -43,6 +43,7 @@ from benchmarks.common import (
     set_threads,
 )
 from server_app.run_values import format_value
+from strategies.shared.run_config import flat_keys
 
 if TYPE_CHECKING:
     from benchmarks.parallel import Placement
@@ -386,17 +387,6 @@ def load_grid(path: str | Path) -> dict[str, Any]:
     return grid
 
 
-def _flat(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """TOML's dotted keys (`flt.k = 2` → {"flt": {"k": 2}}) back to run-config keys (`flt.k`)."""
-    flat: dict[str, Any] = {}
-    for key, value in table.items():
-        if isinstance(value, dict):
-            flat.update(_flat(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
 def grid_runs(grid: dict[str, Any], stem: str, overrides: dict[str, Any],
               cells: Sequence[str] = ()) -> list[tuple[str, list[str], dict[str, Any]]]:
     """(name, methods, run config) of every (cell, seed) of a grid: `common`, then the cell's `set`,
@@ -410,7 +400,7 @@ def grid_runs(grid: dict[str, Any], stem: str, overrides: dict[str, Any],
         if cells and cell["name"] not in cells:
             continue
         for seed in grid.get("seeds", [0]):
-            settings = {**_flat(grid.get("common", {})), **_flat(cell.get("set", {})), "seed": seed,
+            settings = {**flat_keys(grid.get("common", {})), **flat_keys(cell.get("set", {})), "seed": seed,
                         **overrides}
             runs.append((f"{stem}-{cell['name']}-seed{settings['seed']}",
                          list(cell.get("methods", grid["methods"])), settings))

@@ -32,7 +32,8 @@ from typing import Any
 
 from strategies.shared.generate import toml_value
 from strategies.shared.known_warnings import is_known_noise
-from strategies.shared.run_config import RunConfig, default_run_config, unknown_key_message
+from strategies.shared.run_config import (RunConfig, default_run_config, flat_keys,
+                                           unknown_key_message)
 from strategies.shared.settings import ConfigError
 
 INVALID = 2  # exit status of an invalid run config (argparse uses 2 for bad arguments too)
@@ -57,17 +58,7 @@ def app_defaults(app: Path) -> dict[str, Any]:
     table = tomllib.loads(pyproject.read_text()).get("tool", {}).get("flwr", {}).get("app", {})
     if "config" not in table:
         return default_run_config()
-    return _flatten(table["config"])
-
-
-def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in table.items():
-        if isinstance(value, Mapping):
-            flat.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
+    return flat_keys(table["config"])
 
 
 def parse_overrides(values: Sequence[str]) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from docs.blocks.data import DASH, REPO, RESULTS, compare, num, source_link, table
+from strategies.shared.run_config import flat_keys
 
 PAPERS = REPO / "benchmarks" / "papers"
 DIGITS = 2
@@ -78,21 +79,10 @@ def load(name: str) -> dict[str, Any]:
     return grid
 
 
-def flat(table_: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """TOML's dotted keys (`flt.k = 2` → {"flt": {"k": 2}}) back to run-config keys (`flt.k`)."""
-    out: dict[str, Any] = {}
-    for key, value in table_.items():
-        if isinstance(value, dict):
-            out.update(flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def cell_settings(grid: dict[str, Any], cell: dict[str, Any]) -> dict[str, Any]:
     """The run config of a cell, as `benchmarks.compare.grid_runs` builds it (`common`, then the
     cell's `set`)."""
-    return {**flat(grid.get("common", {})), **flat(cell.get("set", {}))}
+    return {**flat_keys(grid.get("common", {})), **flat_keys(cell.get("set", {}))}
 
 
 def data_of(grid: dict[str, Any], cell: dict[str, Any]) -> tuple[str, bool]:
@@ -174,7 +164,7 @@ def paper_table(name: str, prefix: str = "") -> str:
     numbers, Bouquet's committed numbers and what differs from the paper."""
     grid = load(name)
     methods = grid["methods"]
-    common = flat(grid.get("common", {}))
+    common = flat_keys(grid.get("common", {}))
     read: list[Path] = []
     out = [
         f"`{grid['path']}`: {grid['paper']}, {'Tables' if '-' in str(grid['table']) else 'Table'} "
@@ -187,7 +177,7 @@ def paper_table(name: str, prefix: str = "") -> str:
     rows = []
     for cell in grid["cells"]:
         data, needs_root = data_of(grid, cell)
-        own = " ".join(f"`{k}={v}`" for k, v in flat(cell.get("set", {})).items())
+        own = " ".join(f"`{k}={v}`" for k, v in flat_keys(cell.get("set", {})).items())
         if "methods" in cell:
             own += " methods " + ", ".join(f"`{m}`" for m in cell["methods"])
         if cell.get("note"):

@@ -500,13 +500,18 @@ def _one_of(value: str, allowed: tuple[str, ...]) -> str:
     return value
 
 
-def default_run_config() -> dict[str, Any]:
-    """The run config defaults of pyproject.toml, flattened the way Flower flattens them."""
-    table = tomllib.loads(PYPROJECT.read_text())["tool"]["flwr"]["app"]["config"]
+def flat_keys(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """TOML's dotted keys (`flt.k = 2` → {"flt": {"k": 2}}) back to run-config keys (`flt.k`), the
+    way Flower flattens a run config."""
     flat: dict[str, Any] = {}
     for key, value in table.items():
-        if isinstance(value, dict):
-            flat.update({f"{key}.{name}": item for name, item in value.items()})
+        if isinstance(value, Mapping):
+            flat.update(flat_keys(value, f"{prefix}{key}."))
         else:
-            flat[key] = value
+            flat[f"{prefix}{key}"] = value
     return flat
+
+
+def default_run_config() -> dict[str, Any]:
+    """The run config defaults of pyproject.toml, flattened the way Flower flattens them."""
+    return flat_keys(tomllib.loads(PYPROJECT.read_text())["tool"]["flwr"]["app"]["config"])
