@@ -181,6 +181,30 @@ class ClientReports:
         np.fill_diagonal(graph, 1.0)
         return graph
 
+    def required_label_graph(self, key: str) -> np.ndarray:
+        """`label_graph` for the run-config `key` that asks for it; a ConfigError naming the key and
+        the clients that reported no label set when one is missing."""
+        graph = self.label_graph()
+        if graph is None:
+            from strategies.shared.settings import ConfigError
+
+            missing = [c for c in self._present()
+                       if c not in self.reports or self.reports[c].labels is None]
+            raise ConfigError(f"run config: key '{key}' = 'label-sharing' builds the client graph "
+                              f"from the label sets the clients report, but clients {missing[:8]} "
+                              f"reported none (an older client app?); or set {key}='file' with "
+                              f"{key}-file")
+        return graph
+
+    def reference_graph(self) -> np.ndarray | None:
+        """The graph that orders a method's graph pictures: the label-sharing graph where every
+        client reported its label set, else the true structure, else None."""
+        graph = self.label_graph()
+        if graph is None:
+            structure = self.structure()
+            graph = None if structure is None else structure[0]
+        return graph
+
     def groups(self) -> np.ndarray | None:
         """int64 [K]: every client's reported group (left-out clients: −1 − id, a group of their
         own); None unless every other client reported one."""
@@ -312,14 +336,7 @@ def given_graph(cfg: RunConfig, source: str, graph_file: str, key: str,
             raise invalid(f"dataset '{cfg.dataset}' has no labels to share; use 'road' or 'file'")
         if reports is None:
             return None
-        graph = reports.label_graph()
-        if graph is None:
-            missing = [c for c in range(cfg.num_clients) if c not in reports.left_out and (
-                c not in reports.reports or reports.reports[c].labels is None)]
-            raise ConfigError(f"run config: key '{key}' = 'label-sharing' builds the client graph "
-                              f"from the label sets the clients report, but clients {missing[:8]} "
-                              f"reported none (an older client app?); or set {key}='file' with "
-                              f"{key}-file")
+        graph = reports.required_label_graph(key)
     else:
         raise invalid("allowed: 'label-sharing', 'road', 'file'")
     try:

@@ -274,22 +274,14 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
         """The clients' reports: the label-sharing prior (when `label_sets_key`), the true structure
         S is scored against and the display order of the graph pictures."""
         if self.label_sets_key:
-            from strategies.shared.settings import ConfigError
-
-            graph = reports.label_graph()
-            if graph is None:
-                raise ConfigError(f"run config: key '{self.label_sets_key}' needs the label-sharing "
-                                  "graph of the label sets the clients report, and not every client "
-                                  "reported one")
-            prior = check_adjacency(graph, self.num_clients)
+            prior = check_adjacency(reports.required_label_graph(self.label_sets_key),
+                                    self.num_clients)
             self.prior_hat = symmetric_normalize(torch.as_tensor(prior, dtype=torch.float32))
         structure = reports.structure()
         if structure is not None:
             self.truth, self.truth_kind = structure
         if self.reference is None:
-            self.reference = reports.label_graph()
-            if self.reference is None and structure is not None:
-                self.reference = structure[0]
+            self.reference = reports.reference_graph()
 
     def _learn_structure(self, server_round: int) -> dict[str, Any]:
         """S from the descriptors of every client seen so far (§2), or with `descriptor-max-age`

@@ -91,13 +91,7 @@ class FedU(PersonalizedStrategy):
         """The label-sharing graph of the label sets the clients reported (when `label_sets_key`)."""
         if not self.label_sets_key:
             return
-        graph = reports.label_graph()
-        if graph is None:
-            from strategies.shared.settings import ConfigError
-
-            raise ConfigError("run config: key 'fedu.graph' = 'label-sharing' needs the label sets "
-                              "of the clients, and not every client reported one; or set "
-                              "fedu.graph='file'")
+        graph = reports.required_label_graph(self.label_sets_key)
         self.graph = row_normalize(check_adjacency(graph, self.num_clients))
         log.info("FedU: graph 'label-sharing' (from the label sets the clients reported), %.1f "
                  "neighbours per client (self included)", float((graph > 0).sum(axis=1).mean()))

@@ -99,13 +99,7 @@ class SFL(PersonalizedStrategy):
         """The clients' reports: the label-sharing prior (when `label_sets_key`), the true structure
         A_learn is scored against and the display order of the graph pictures."""
         if self.label_sets_key:
-            from strategies.shared.settings import ConfigError
-
-            graph = reports.label_graph()
-            if graph is None:
-                raise ConfigError(f"run config: key '{self.label_sets_key}' = 'label-sharing' needs "
-                                  "the label sets of the clients, and not every client reported "
-                                  f"one; or set {self.label_sets_key}='file'")
+            graph = reports.required_label_graph(self.label_sets_key)
             self._set_prior(graph)
             log.info("SFL: prior graph 'label-sharing' (from the label sets the clients reported): "
                      "%d clients, %.1f neighbours per client (self included)",
@@ -114,9 +108,7 @@ class SFL(PersonalizedStrategy):
         if structure is not None:
             self.truth, self.truth_kind = structure
         if self.reference is None:
-            self.reference = reports.label_graph()
-            if self.reference is None and structure is not None:
-                self.reference = structure[0]
+            self.reference = reports.reference_graph()
 
     # --- messages -----------------------------------------------------------------------------
     def bind(self, arrays: ArrayRecord) -> None:
