@@ -347,7 +347,7 @@ class RunConfig(Settings):
         if self.secure_aggregation != "off":
             from strategies.shared.secure_aggregation import check as check_secure
 
-            check_secure(self, registry.METHODS[self.method].secure_aggregation)
+            check_secure(self, [n for n, m in registry.METHODS.items() if m.secure_aggregation])
         return self
 
     @model_validator(mode="after")

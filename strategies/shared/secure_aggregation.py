@@ -24,6 +24,7 @@ settings that cannot hold, before any client is contacted.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -60,21 +61,19 @@ def sampled_per_round(cfg: RunConfig) -> int:
     return max(int(cfg.fraction_train * cfg.num_clients), 1)
 
 
-def check(cfg: RunConfig, supported: bool) -> None:
+def check(cfg: RunConfig, allowed: Sequence[str]) -> None:
     """Raise ValueError (one line naming the key and what is allowed) for secure-aggregation
     settings that cannot hold: a method whose server needs each client's model, a server rule other
     than the weighted mean, client-level DP (it clips each client's update on the server), too few
-    clients, shares and threshold that do not fit, a sum that would overflow the modulus."""
+    clients, shares and threshold that do not fit, a sum that would overflow the modulus. `allowed`:
+    the methods that opt in (`Method.secure_aggregation`, passed in by `RunConfig`)."""
     if cfg.secure_aggregation == "off":
         return
-    if not supported:
-        from strategies.shared.registry import METHODS
-
-        allowed = ", ".join(n for n, m in METHODS.items() if m.secure_aggregation)
+    if cfg.method not in allowed:
         raise ValueError(f"secure-aggregation = '{cfg.secure_aggregation}' hides every client's "
                          f"model from the server; method '{cfg.method}''s server needs the "
                          f"individual models (see docs/privacy.md): set secure-aggregation='off' or "
-                         f"use one of {allowed}")
+                         f"use one of {', '.join(allowed)}")
     if cfg.aggregation != "mean":
         raise ValueError(f"secure-aggregation gives the server only the weighted sum of the models; "
                          f"aggregation = '{cfg.aggregation}' needs each client's: set "
