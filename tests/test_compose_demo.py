@@ -36,7 +36,7 @@ from server_app.harness.loopback import free_port
 from server_app.harness.outcome import run_config_arg
 from server_app.harness.simulate import simulate
 from tests.conftest import REPO
-from tests.test_deploy_e2e import BASE, numbers, rounds_of
+from tests.test_deploy_e2e import numbers, rounds_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
@@ -195,14 +195,12 @@ def project_leftovers(env: dict[str, str]) -> dict[str, str]:
                                   ("volumes", ("volume", "ls")))}
 
 
-def job(run_name: str) -> dict:
-    return {**BASE, "method": "fedavg", "output-dir": deploy.CONTAINER_OUTPUTS, "run-name": run_name}
-
-
-def run_and_fetch(demo: Demo, run_name: str, into: Path) -> Path:
-    """`flwr run` in the `cli` service until the run completed; its run folder copied to `into`."""
+def run_and_fetch(demo: Demo, job: dict, run_name: str, into: Path) -> Path:
+    """`flwr run` of `job` in the `cli` service until the run completed; its run folder copied to
+    `into`."""
+    job = {**job, "output-dir": deploy.CONTAINER_OUTPUTS, "run-name": run_name}
     result = demo.cli("python", "-m", "server_app.harness.outcome", deploy.CONTAINER_APP,
-                      deploy.COMPOSE_CONNECTION, "--run-config", run_config_arg(job(run_name)),
+                      deploy.COMPOSE_CONNECTION, "--run-config", run_config_arg(job),
                       "--timeout", "600", check=False, timeout=700)
     assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     assert "finished:completed" in result.stdout
@@ -210,18 +208,6 @@ def run_and_fetch(demo: Demo, run_name: str, into: Path) -> Path:
     into.mkdir(parents=True, exist_ok=True)  # `docker cp` then copies the folder into it
     sh("docker", "cp", f"{server}:{deploy.CONTAINER_OUTPUTS}/{run_name}", str(into), env=demo.env)
     return into / run_name
-
-
-def assert_equals_in_process(out: Path, tmp_path: Path) -> None:
-    rounds = rounds_of(out)
-    assert [r["round"] for r in rounds] == [0, 1, 2]
-    assert all(r["failed-clients"] == [] and r["unreachable-clients"] == [] for r in rounds[1:])
-    assert all(r["clients-trained"] == NODES for r in rounds[1:])
-    summary = json.loads((out / "summary.json").read_text())
-    config = {**job(out.name), "output-dir": str(tmp_path / "in-process")}
-    reference = simulate(config, num_nodes=NODES)
-    assert numbers(summary["final"]) == pytest.approx(numbers(reference["final"]), rel=1e-5,
-                                                      abs=1e-6)
 
 
 def page_commands(page: Path = PAGE) -> list[str]:
@@ -249,6 +235,11 @@ def test_the_page_block_parses_into_its_steps():
     restarts = [c.split()[-1] for c in compose if " restart " in c]
     assert restarts == ["supernode-1", "superexec-clientapp-1"]  # the SuperNode before its executor
     assert any("server_app.harness.outcome" in c and "--run-config" in c for c in compose)
+    # each site's own data, exported with the keys of the page's run
+    export = [c for c in page_commands() if c.startswith("python -m client_app.export")]
+    assert len(export) == 1 and "--out docker/data" in export[0]
+    run = run_config_of(next(c for c in compose if "--run-config" in c))
+    assert f"--dataset {run['dataset']}" in export[0] and f"--num-clients {run['num-clients']}" in export[0]
 
 
 def demo_commands() -> list[str]:
@@ -295,6 +286,12 @@ def test_compose_demo_end_to_end(docker, tmp_path):
     timings["wheels"] = time.monotonic() - started
     root = tmp_path / "demo"
     (root / "data").mkdir(parents=True)
+    # the page's data step: each site's folder, exported with the run's keys
+    export = next(c for c in page_commands() if c.startswith("python -m client_app.export"))
+    sh("bash", "-c", export.replace("python ", f"{sys.executable} ", 1).replace(
+        "--out docker/data", f"--out {root / 'data'}"))
+    assert sorted(p.name for p in (root / "data").iterdir() if p.is_dir()) == [
+        "client-000", "client-001", "client-002"]
     demo = Demo(root, env)
     local_bases = ["--local-bases"] if "FLWR_IMAGES" in demo.env else []
     sh("bash", str(REPO / "docker/scripts/build_images.sh"), *local_bases, env=env, timeout=1800)
@@ -360,8 +357,8 @@ def test_compose_demo_end_to_end(docker, tmp_path):
                     # the page's restart: SuperNode 1, then its executor. The same key, so the same
                     # node id; the next run trains all 3 clients and again equals the in-process run.
                     demo.wait_status(set(node_ids), "online")
-                    out = run_and_fetch(demo, "fedavg-after-restart", tmp_path / "runs")
-                    assert_equals_in_process(out, tmp_path / "again")
+                    out = run_and_fetch(demo, page_job, "after-restart", tmp_path / "runs")
+                    assert_page_run_equals_in_process(out, page_job, tmp_path / "again")
             else:
                 raise AssertionError(f"the page has a step this test does not know: {command}")
         assert node_ids and "run" in timings, "the page's steps did not bring up and run the demo"
@@ -393,8 +390,9 @@ def check_closed_control_port(demo: Demo, env: dict[str, str]) -> None:
 
 
 def assert_page_run_equals_in_process(out: Path, page_job: dict, tmp_path: Path) -> None:
-    """The page's run (its own run config) trained every client every round and gives the numbers of
-    the same job in this process."""
+    """The page's run (its own run config, on each site's own folder: the split the page exported)
+    trained every client every round and gives the numbers of the same job partitioned in this
+    process."""
     rounds = rounds_of(out)
     assert all(r["failed-clients"] == [] and r["clients-trained"] == NODES for r in rounds[1:])
     summary = json.loads((out / "summary.json").read_text())

@@ -206,7 +206,7 @@ def test_compose_publishes_only_the_fleet_port_and_keeps_the_control_api_on_loop
     assert mounts(services["cli"])[deploy.CONTAINER_APP] == "${BOUQUET_APP:-..}"
 
 
-def test_compose_wires_ports_partitions_tls_and_data():
+def test_compose_wires_ports_sites_tls_and_data():
     spec = compose_file()
     services = spec["services"]
     link = command_of(services["superlink"])
@@ -222,22 +222,24 @@ def test_compose_wires_ports_partitions_tls_and_data():
     assert flag(executor, "--root-certificates").startswith(deploy.CONTAINER_CERTS)
     nodes = {n: s for n, s in services.items() if n.startswith("supernode-")}
     assert len(nodes) == 3
-    partitions = set()
+    sites = set()
     for name, service in nodes.items():
         command = command_of(service)
         assert flag(command, "--superlink") == f"superlink:{fleet}"
-        config = dict(item.split("=") for item in flag(command, "--node-config").split())
-        assert config["num-partitions"] == str(len(nodes))
-        partitions.add(int(config["partition-id"]))
+        config = {k: v.strip('"') for k, v in
+                  (item.split("=") for item in flag(command, "--node-config").split())}
+        # each node holds its own data: one folder, mounted for its executor only
+        assert set(config) == {"data-dir", "client-name"}
+        sites.add(config["client-name"])
         assert mounts(service)[flag(command, "--root-certificates")] == "./certs/ca.crt"
         key = flag(command, "--auth-supernode-private-key")
         assert mounts(service)[key] == f"./keys/{Path(key).name}"
         runner = services[f"superexec-clientapp-{name.split('-')[1]}"]
         assert runner["network_mode"] == f"service:{name}"
         assert flag(command_of(runner), "--runtime-api-address") == f"127.0.0.1:{flag(command, '--port')}"
-        assert config["data-root"].strip('"') in mounts(runner)
+        assert mounts(runner) == {config["data-dir"]: f"${{BOUQUET_DATA:-./data}}/{config['client-name']}"}
         assert runner["shm_size"]
-    assert partitions == {0, 1, 2}
+    assert sites == {"client-000", "client-001", "client-002"}  # python -m client_app.export's names
 
 
 def test_deploy_cli_prints_the_same_commands():

@@ -25,6 +25,8 @@ import argparse
 import shlex
 from dataclasses import dataclass
 
+from datasets.export import client_folder_name
+
 FLEET_PORT = 9092  # SuperLink Fleet API (gRPC-rere): SuperNodes connect here
 CONTROL_PORT = 8000  # SuperLink Control + Runtime API (HTTPS): `flwr` CLI and the ServerApp executor
 CONTROL_HOST = "127.0.0.1"  # where that API listens: the SuperLink machine only (SSH tunnel to submit)
@@ -90,13 +92,14 @@ def serverapp_executor(tls: Tls, superlink_runtime: str = f"127.0.0.1:{CONTROL_P
 
 
 def node_config(partition_id: int, num_partitions: int, data_root: str = "",
-                data_dir: str = "") -> str:
+                data_dir: str = "", client_name: str = "") -> str:
     """The `--node-config` of a SuperNode: which clients it hosts. With `data_dir`, the node's own
-    data (`datasets.local`): the clients found in that folder on its machine. Else a partition slot
-    (c ≡ partition-id mod num-partitions, see server_app/clients.py) of the run's data set and,
-    optionally, where that data set lives (`data_root`)."""
+    data (`datasets.local`): the clients found in that folder on its machine (`client_name`: the
+    name of the one client the folder is, where the folder's own name would not do). Else a
+    partition slot (c ≡ partition-id mod num-partitions, see server_app/clients.py) of the run's data
+    set and, optionally, where that data set lives (`data_root`)."""
     if data_dir:
-        return f'data-dir="{data_dir}"'
+        return f'data-dir="{data_dir}"' + (f' client-name="{client_name}"' if client_name else "")
     if not 0 <= partition_id < num_partitions:
         raise ValueError(f"partition-id {partition_id} must be in [0, num-partitions={num_partitions})")
     config = f"partition-id={partition_id} num-partitions={num_partitions}"
@@ -105,10 +108,11 @@ def node_config(partition_id: int, num_partitions: int, data_root: str = "",
 
 def supernode(tls: Tls, superlink_fleet: str, private_key: str, partition_id: int,
               num_partitions: int, data_root: str = "", port: int = CLIENTAPP_PORT,
-              secret_file: str = "", data_dir: str = "") -> list[str]:
+              secret_file: str = "", data_dir: str = "", client_name: str = "") -> list[str]:
     """`flower-supernode` authenticated by `private_key`, trusting the CA, dialling the Fleet API;
     its runtime API stays on loopback for its executor (`clientapp_executor`). `data_dir`: the
-    node's own data folder (its clients are the data sets found there), else a partition slot."""
+    node's own data folder (its clients are the data sets found there; `client_name` names a
+    folder that is one client), else a partition slot."""
     return [
         "flower-supernode",
         "--root-certificates", tls.ca_cert,
@@ -116,7 +120,7 @@ def supernode(tls: Tls, superlink_fleet: str, private_key: str, partition_id: in
         "--auth-supernode-private-key", private_key,
         "--isolation", "process",
         "--port", str(port),
-        "--node-config", node_config(partition_id, num_partitions, data_root, data_dir),
+        "--node-config", node_config(partition_id, num_partitions, data_root, data_dir, client_name),
         *_secret(secret_file),
     ]
 
@@ -130,7 +134,7 @@ def clientapp_executor(port: int = CLIENTAPP_PORT, secret_file: str = "") -> lis
 # --- Docker Compose -------------------------------------------------------------------------------
 CONTAINER_CERTS = "/app/certs"  # ca.crt, server.pem, server.key (read-only mount)
 CONTAINER_KEYS = "/app/keys"  # one SuperNode's private key (read-only mount)
-CONTAINER_DATA = "/data"  # data sets (read-only mount) = the node's data-root
+CONTAINER_DATA = "/data"  # a node's own data (read-only mount of its one folder) = its data-dir
 CONTAINER_STATE = "/app/state"  # SuperLink database (named volume: registrations survive restarts)
 CONTAINER_OUTPUTS = "/app/outputs"  # run results written by the ServerApp
 CONTAINER_APP = "/src"  # the repository, read-only, in the `cli` service: what `flwr run` submits
@@ -202,8 +206,11 @@ def compose(num_supernodes: int) -> dict:
         },
     }
     for i in range(num_supernodes):
+        # each site's own data only: the folder ${BOUQUET_DATA}/client-00<i> (the layout of
+        # `python -m client_app.export`), mounted for its executor, is the node's one client
+        site = client_folder_name(i, num_supernodes)
         command = supernode(tls, f"superlink:{FLEET_PORT}", f"{CONTAINER_KEYS}/supernode-{i}", i,
-                            num_supernodes, data_root=CONTAINER_DATA)
+                            num_supernodes, data_dir=CONTAINER_DATA, client_name=site)
         services[f"supernode-{i}"] = {
             "image": flower_image("supernode"),
             "entrypoint": command[:1],
@@ -222,7 +229,7 @@ def compose(num_supernodes: int) -> dict:
             # its SuperNode's runtime API on 127.0.0.1; restart it with its SuperNode (a restarted
             # SuperNode has a new network namespace)
             "network_mode": f"service:supernode-{i}",
-            "volumes": [f"${{BOUQUET_DATA:-./data}}:{CONTAINER_DATA}:ro"],
+            "volumes": [f"${{BOUQUET_DATA:-./data}}/{site}:{CONTAINER_DATA}:ro"],
             "shm_size": "1gb",  # torch worker shared memory (the 64 MB default is too small)
             "depends_on": [f"supernode-{i}"],
             "restart": "unless-stopped",

@@ -501,7 +501,7 @@ def _one_of(value: str, allowed: tuple[str, ...]) -> str:
 
 
 def flat_keys(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """TOML's dotted keys (`flt.k = 2` → {"flt": {"k": 2}}) back to run-config keys (`flt.k`), the
+    """TOML's dotted keys (`a.k = 2` → {"a": {"k": 2}}) back to run-config keys (`a.k`), the
     way Flower flattens a run config."""
     flat: dict[str, Any] = {}
     for key, value in table.items():
