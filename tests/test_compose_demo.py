@@ -253,7 +253,7 @@ def run_config_of(command: str) -> dict:
     import shlex
     import tomllib
     words = shlex.split(command)
-    pairs = shlex.split(words[words.index("--run-config") + 1])
+    pairs = shlex.split(words[words.index("--run-config") + 1], posix=False)  # keeps "quotes"
     return tomllib.loads("\n".join(pairs))
 
 

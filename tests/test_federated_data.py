@@ -72,8 +72,11 @@ def test_dataset_info_matches_sources() -> None:
         assert dataset_info(name, None) == (source.images.shape[1:], source.num_classes)
     assert dataset_info("cifar10", "/nonexistent") == ((3, 32, 32), 10)
     assert dataset_info("emnist", None)[1] == 47 and dataset_info("femnist", None)[1] == 62
+    assert dataset_info("celeba", None) == ((3, 84, 84), 2)
+    assert dataset_info("shakespeare", None)[1] == 80  # next character of 80
     assert {name for name in SOURCE_NAMES if dataset_info(name, None)[0] == (1, 28, 28)} == set(SOURCE_NAMES) - {
-        "cifar10", "metr-la", "pems-bay", "traffic-synthetic"  # traffic: (12, 2) windows, tests/test_traffic.py
+        "cifar10", "celeba", "shakespeare",
+        "metr-la", "pems-bay", "traffic-synthetic"  # traffic: (12, 2) windows, tests/test_traffic.py
     }
     with pytest.raises(ValueError, match="'svhn'"):
         dataset_info("svhn", None)
