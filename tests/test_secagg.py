@@ -85,6 +85,7 @@ def test_secagg_aggregate_equals_fedavg_and_no_upload_shows_a_model(tmp_path):
         np.testing.assert_allclose(secure.arrays[1][name], value, rtol=0, atol=bound)
     assert any(np.abs(secure.arrays[1][n] - v).max() > 0 for n, v in plain.arrays[1].items())
     assert rounds[1]["clients-trained"] == 4
+    assert rounds[1]["secagg"]["completed"] and rounds[1]["secagg"]["survivors"] == 4  # in rounds.jsonl
 
     types = [m.metadata.message_type for m, _ in recording.exchanges if SECAGG in m.content]
     assert types.count("query.secagg") == 3 * 4 and types.count("train") == 4  # 4 stages, 4 clients
@@ -127,6 +128,8 @@ def test_a_client_dropped_after_share_keys_is_unmasked_with_the_survivors_shares
     secure, recording, rounds = federation(tmp_path, "secure", {
         **settings, "secure-aggregation": "secagg+"}, drop=gone_at_collect)
     assert rounds[1]["clients-trained"] == 4 and rounds[1]["failed-clients"] == [dropped]
+    assert rounds[1]["secagg"]["completed"] and rounds[1]["secagg"]["survivors"] == 4
+    assert rounds[1]["secagg"]["dropped"] == [dropped]
     stages = [(client_of(m), m.content[SECAGG]["stage"]) for m, _ in recording.exchanges
               if SECAGG in m.content]
     assert (dropped, "share_keys") in stages and (dropped, "unmask") not in stages

@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -35,6 +36,7 @@ from flwr.serverapp.strategy import Strategy
 
 from strategies.shared.messages import METRICS
 from strategies.shared.phases import ClientKeyed, Phase, PhasedStrategy, Replies, Steps
+from strategies.shared.reporter import MethodReporter
 from strategies.shared.secure_aggregation import (MODULUS_RANGE, PART, QUERY_SECAGG, RECORD,
                                                   SECAGG, sampled_per_round, shares, threshold)
 
@@ -93,7 +95,7 @@ class RoundProtocol:
         self.result: ArrayRecord | None = None  # the record aggregate_train returned
 
 
-class SecureAggregation(Strategy, PhasedStrategy, ClientKeyed):
+class SecureAggregation(Strategy, PhasedStrategy, ClientKeyed, MethodReporter):
     """SecAgg+ around a FedAvg-type strategy (module doc). `num_shares`, `reconstruction_threshold`:
     the run config's (0: every sampled client, a majority); the clipping and quantization ranges
     are Flower's `SecAggPlusWorkflow` parameters of the same names; the masks' modulus is 2**32."""
@@ -123,6 +125,23 @@ class SecureAggregation(Strategy, PhasedStrategy, ClientKeyed):
 
     def __getstate__(self) -> dict[str, Any]:  # a checkpoint holds no round's protocol state
         return {**self.__dict__, "protocol": None}
+
+    # --- reporting: the wrapped strategy's, and what the protocol did each round ---------------
+    def round_report(self, server_round: int) -> dict[str, Any]:
+        """The wrapped strategy's round fields, and `secagg`: clients sampled, surviving and
+        dropped, whether the round's sum was unmasked (`completed`)."""
+        inner = (self.strategy.round_report(server_round)
+                 if isinstance(self.strategy, MethodReporter) else {})
+        done = self.rounds.get(server_round)
+        return {**inner, **({"secagg": dict(done)} if done is not None else {})}
+
+    def report(self, directory: Path, truth: Any) -> dict[str, Any]:
+        return (self.strategy.report(directory, truth)
+                if isinstance(self.strategy, MethodReporter) else {})
+
+    def client_graph(self) -> np.ndarray | None:
+        return (self.strategy.client_graph()
+                if isinstance(self.strategy, MethodReporter) else None)
 
     def take_reports(self, reports: ClientReports) -> None:
         """The largest train set any client declared weighs 1 (Flower's `max_weight`): weights
