@@ -150,8 +150,10 @@ def test_superlink_machine_crash_then_resume_equals_an_uninterrupted_run(federat
     before = train_messages()  # counted before the run: round 2's may arrive with round 1's checkpoint
     thread, result = in_background(federation, config)
     try:
-        # a checkpoint (keep-checkpoints=1 keeps only the newest, so round 1's may be gone already)
-        wait_until(lambda: any((directory / "checkpoints").glob("round-*.ckpt")),
+        # a checkpoint after round 1 (keep-checkpoints=1 keeps only the newest, so round 1's may
+        # already have given way to round 2's; round 0's comes first and does not count)
+        wait_until(lambda: any(int(p.stem.split("-")[1]) >= 1
+                               for p in (directory / "checkpoints").glob("round-*.ckpt")),
                    "round 1's checkpoint")
         if in_flight:  # round 2's train message (one per round and node) is being worked on
             wait_until(lambda: train_messages() >= before + 2, "a round-2 train message")
