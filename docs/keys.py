@@ -72,8 +72,8 @@ MEANINGS: dict[str, tuple[str, str]] = {
     "max-update-norm": ("Training", "a reply whose model lies further than this (L2) from the model the "
                         "client was sent is dropped (0 = no bound; [reliability](reliability.md))"),
     "round-timeout": ("Training", "seconds to wait for replies; late clients are skipped for the round"),
-    "client-threads": ("Training", "torch intra-op threads per client process (0 = torch's default); 1 "
-                       "avoids oversubscribing a small machine"),
+    "client-threads": ("Training", "torch intra-op threads per client process (0 = one in a simulated "
+                       "SuperNode under `flwr run`, torch's default elsewhere)"),
     "eval-every": ("Evaluation", "evaluate every n rounds (and always after the last)"),
     "fuse-evaluate": ("Evaluation", "send a round's evaluation with the next round's train message (one "
                       "phase per round); false: a separate evaluate phase"),
