@@ -45,7 +45,9 @@ class Method:
     so it may run under the run config's `secure-aggregation` (strategies/shared/secure_aggregation.py).
     `privacy`: the differential-privacy modes (`dp`) it supports: `sample` where its clients upload
     only what the generic local loop trained (DP-SGD then covers every upload), `client` where its
-    server forms one average of the sampled clients' models (strategies/shared/privacy.py).
+    server forms one average of the sampled clients' models or its per-client aggregates are linear in
+    the clients' models and it opts into the graph layer (strategies/shared/private_aggregation.py).
+    `privacy_refused`: why it supports no more modes, named in the error of a run that asks for one.
     `default`: the run config's `method` when it names none (one registered method says so).
     """
 
@@ -62,4 +64,5 @@ class Method:
     safeguard: bool = False
     secure_aggregation: bool = False
     privacy: tuple[str, ...] = ()
+    privacy_refused: str = ""
     default: bool = False

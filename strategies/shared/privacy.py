@@ -23,6 +23,7 @@ the rest, and bad values, before any client is contacted.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -76,6 +77,65 @@ def steps_within(history: Sequence[Entry], noise: float, rate: float, steps: int
         else:
             high = middle
     return low
+
+
+def sample_schedule(n: int, batch_size: int, epochs: int) -> tuple[float, int]:
+    """(sampling rate, steps) of DP-SGD over n examples for `epochs` epochs: ⌈n / batch-size⌉ steps
+    per epoch at rate 1 / ⌈n / batch-size⌉ (Opacus' DP data loader; client_app/privacy.py trains so)."""
+    per_epoch = max(math.ceil(n / batch_size), 1)
+    return 1.0 / per_epoch, epochs * per_epoch
+
+
+def noise_for_epsilon(target_epsilon: float, delta: float,
+                      schedules: Iterable[tuple[float, int]]) -> float:
+    """The noise multiplier σ with which every schedule (sampling rate, steps) of the Gaussian
+    mechanism ends at ε ≤ `target_epsilon` at `delta` by the RDP accountant (Opacus'
+    `get_noise_multiplier` per schedule, within its tolerance of 0.01 below the target; the largest
+    σ of the schedules)."""
+    from opacus.accountants.utils import get_noise_multiplier
+
+    if target_epsilon <= 0:
+        raise ValueError(f"target ε = {target_epsilon:g} must be positive to calibrate a noise "
+                         "multiplier")
+    found = [get_noise_multiplier(target_epsilon=target_epsilon, target_delta=delta,
+                                  sample_rate=rate, steps=steps, accountant="rdp")
+             for rate, steps in sorted(set(schedules)) if steps > 0]
+    if not found:
+        raise ValueError("no DP steps to calibrate a noise multiplier for")
+    return float(max(found))
+
+
+def run_schedules(cfg: RunConfig, train_sizes: Sequence[int] = ()) -> list[tuple[float, int]]:
+    """Each accountant's (sampling rate, steps) over a whole run of `cfg` if every round trains:
+    under `sample`, one per distinct client train size (`train_sizes`) with `local-epochs` epochs a
+    round; under `client`, the federation's, one aggregate a round at rate (clients sampled) /
+    num-clients. A method that trains more than once a round, or a client sampled in fewer rounds,
+    spends otherwise (`dp-target-epsilon` then stops it)."""
+    if cfg.dp == "sample":
+        if not train_sizes:
+            raise ValueError("dp = 'sample': the clients' train sizes are needed to calibrate")
+        out = []
+        for n in sorted(set(int(n) for n in train_sizes if n > 0)):
+            rate, steps = sample_schedule(n, cfg.batch_size, cfg.local_epochs)
+            out.append((rate, steps * cfg.num_rounds))
+        return out
+    if cfg.dp == "client":
+        sampled = max(int(cfg.fraction_train * cfg.num_clients), 1)
+        return [(sampled / cfg.num_clients, cfg.num_rounds)]
+    raise ValueError(f"dp = '{cfg.dp}' has no accountant to calibrate")
+
+
+def calibrated_noise(cfg: RunConfig) -> float:
+    """The noise multiplier that brings `cfg`'s accountant(s) to `dp-target-epsilon` at `dp-delta`
+    after `num-rounds` rounds (`run_schedules`, `noise_for_epsilon`); under `sample` the clients'
+    train sizes come from the run's partition (its data are loaded)."""
+    sizes: list[int] = []
+    if cfg.dp == "sample":
+        from datasets.federated import load_partition
+
+        _, partition = load_partition(cfg.data_spec)
+        sizes = [len(indices) for indices in partition.train_indices]
+    return noise_for_epsilon(cfg.dp_target_epsilon, cfg.dp_delta, run_schedules(cfg, sizes))
 
 
 class PrivacyInstructions(Record):
@@ -132,7 +192,7 @@ class PrivacyReport(Record):
 
 # --- run-config checks ---------------------------------------------------------------------------
 def check(cfg: RunConfig, modes: tuple[str, ...] = (), safeguard_method: bool = False,
-          methods: tuple[str, ...] = ()) -> None:
+          methods: tuple[str, ...] = (), refused: str = "") -> None:
     """Raise ValueError (one line naming the key and what is allowed) for DP settings that cannot
     hold: a method without the mode (`modes`: the method's `Method.privacy`; `methods`: those that
     support `cfg.dp`, for the message), the safeguard's choices on raw data beside DP-SGD, δ not
@@ -140,9 +200,10 @@ def check(cfg: RunConfig, modes: tuple[str, ...] = (), safeguard_method: bool = 
     if cfg.dp == "off":
         return
     if cfg.dp not in modes:
+        why = f" ({refused})" if refused else ""
         raise ValueError(f"dp = '{cfg.dp}' is supported by methods {', '.join(methods)}; method "
-                         f"'{cfg.method}' is not one of them (see docs/privacy.md): set dp='off' or "
-                         "choose one of those methods")
+                         f"'{cfg.method}' is not one of them{why} (see docs/privacy.md): set dp='off' "
+                         "or choose one of those methods")
     if cfg.dp == "sample":
         if safeguard_method and cfg.safeguard != "off":  # the method's clients honour the safeguard
             raise ValueError(f"dp = 'sample' with safeguard = '{cfg.safeguard}': method "
@@ -156,6 +217,11 @@ def check(cfg: RunConfig, modes: tuple[str, ...] = (), safeguard_method: bool = 
         if layer is not None:
             raise ValueError(batch_norm_message(cfg.model, *layer))
     else:
+        if safeguard_method and cfg.safeguard != "off":
+            raise ValueError(f"dp = 'client' with safeguard = '{cfg.safeguard}': method "
+                             f"'{cfg.method}''s safeguard reports gains measured on raw held-out data, "
+                             "which no noise covers and which steer every client's mix; set "
+                             "safeguard='off'")
         if cfg.dp_delta * cfg.num_clients >= 1.0:
             raise ValueError(f"dp-delta = {cfg.dp_delta:g} must be below 1/num-clients = "
                              f"{1.0 / cfg.num_clients:.3g} under dp = 'client' (n is the number of "

@@ -26,6 +26,13 @@ def wrap(cfg: RunConfig, strategy: Strategy) -> Strategy:
     """`strategy`, wrapped for client-level DP when the run config asks for it."""
     if cfg.dp != "client":
         return strategy
+    from strategies.shared.personalized import PersonalizedStrategy
+
+    if isinstance(strategy, PersonalizedStrategy):
+        from strategies.shared.settings import ConfigError
+
+        raise ConfigError(f"run config: dp = 'client' with method '{cfg.method}': its per-client "
+                          "aggregates are not noised yet; set dp='off'")
     sampled = max(int(cfg.fraction_train * cfg.num_clients), 1)
     return ClientLevelDP(strategy, noise_multiplier=cfg.dp_noise_multiplier,
                          clip_norm=cfg.dp_clip_norm, delta=cfg.dp_delta,

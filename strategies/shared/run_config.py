@@ -343,7 +343,8 @@ class RunConfig(Settings):
 
             method = registry.METHODS[self.method]
             check(self, method.privacy, method.safeguard,
-                  tuple(m.name for m in registry.METHODS.values() if self.dp in m.privacy))
+                  tuple(m.name for m in registry.METHODS.values() if self.dp in m.privacy),
+                  method.privacy_refused)
         if self.secure_aggregation != "off":
             from strategies.shared.secure_aggregation import check as check_secure
 

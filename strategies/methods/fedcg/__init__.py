@@ -24,4 +24,8 @@ def build(cfg: RunConfig, storage: ClientMatrixStorage) -> Strategy:  # keeps no
 METHODS = (Method("fedcg", build, "fedcg", FedCGSection, {
     "train.fedcg": "client_app.methods.fedcg:train", "evaluate.fedcg": "client_app.methods.fedcg:evaluate",
     "query.fedcg_balance": "client_app.methods.fedcg:balance_statistics"},
+           privacy_refused=("its clients send, besides the model and the student, statistics of their data that no "
+                            "noised aggregate covers: per-domain sample counts in every train reply and, for the "
+                            "domain balancing, sums of the teacher's domain logits and a random sample of single "
+                            "examples' logits (query.fedcg_balance)"),
            summary="FedCG: teacher/student domain clustering + GCN-connected domain-specific residual branches"),)

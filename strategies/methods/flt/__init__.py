@@ -23,5 +23,5 @@ def build(cfg: RunConfig, storage: ClientMatrixStorage) -> Strategy:
 
 METHODS = (Method("flt", build, "flt", FLTSection, {"train.flt_ae": "client_app.methods.flt:train_autoencoder",
                                                      "query.flt_embed": "client_app.methods.flt:embed"},
-                  limits={"clusters": "clients"}, safeguard=True,
+                  limits={"clusters": "clients"}, safeguard=True, privacy=("client",),
            summary="FLT: one-shot client relatedness (autoencoder codes → k-means centroids → UMAP → threshold graph) + graph-weighted averaging of per-client models"),)

@@ -28,8 +28,8 @@ def build_sfl_star(cfg: RunConfig, storage: ClientMatrixStorage) -> Strategy:  #
 
 CLIENT = {"train.sfl": "client_app.methods.sfl:train"}
 METHODS = (
-    Method("sfl", build_sfl, "sfl", SFLSection, CLIENT, safeguard=True, privacy=("sample",), default=True,
+    Method("sfl", build_sfl, "sfl", SFLSection, CLIENT, safeguard=True, privacy=("sample", "client"), default=True,
            summary="SFL: weight-free GCN aggregation of the client models over a given client graph (label-sharing, road or file)"),
-    Method("sfl-star", build_sfl_star, "sfl", SFLSection, CLIENT, limits={"gl_k": "other-clients"}, safeguard=True, privacy=("sample",),
+    Method("sfl-star", build_sfl_star, "sfl", SFLSection, CLIENT, limits={"gl_k": "other-clients"}, safeguard=True, privacy=("sample", "client"),
            summary="SFL\\* (`sfl*`): SFL over a graph learned from the client models, blended into the prior"),
 )
