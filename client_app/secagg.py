@@ -19,6 +19,12 @@ four things around it and nothing inside it:
 - **the reply**: the method's reply without the masked arrays, with the masked vector: the server
   never receives the model in the clear. Its metrics (train loss, num-examples) stay in the clear,
   as under Flower's `SecAggPlusWorkflow`.
+
+Where only part of the model is shared (`part`, a key prefix: the partial-sharing methods), the rest
+of the trained model never leaves the client: the mod keeps it in the node's context
+(`secagg.kept:<client id>`) and, on every later request to that client, puts it in place of the
+same arrays of the `personal` model the server sends (which holds the initial model there), before
+training or evaluating; a client that kept nothing yet uses what it received, the initial model.
 """
 
 from __future__ import annotations
@@ -28,10 +34,12 @@ from collections.abc import Callable
 
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 
-from strategies.shared.messages import CLIENT, METRICS, ClientAddress
+from strategies.shared.messages import CLIENT, METRICS, PERSONAL, ClientAddress
 from strategies.shared.secure_aggregation import PART, RECORD, SECAGG
 
 Handler = Callable[[Message, Context], Message]
+
+KEPT = "secagg.kept:{}"  # context.state: the arrays outside the shared part a client trained
 
 
 class SecureAggregationError(RuntimeError):
@@ -45,7 +53,10 @@ def _same_metadata(message: Message, content: RecordDict) -> Message:
 
 def secure_aggregation(message: Message, context: Context, call_next: Handler) -> Message:
     """ClientApp mod: Flower's `secaggplus_mod` for a request with a `secagg` record (module doc)."""
-    if not message.has_content() or not isinstance(message.content.get(SECAGG), ConfigRecord):
+    if not message.has_content():
+        return call_next(message, context)
+    message = _with_kept(message, context)
+    if not isinstance(message.content.get(SECAGG), ConfigRecord):
         return call_next(message, context)
     from flwr.app.message_type import MessageType
     from flwr.client.mod.secure_aggregation.secaggplus_mod import secaggplus_mod
@@ -108,12 +119,33 @@ def secure_aggregation(message: Message, context: Context, call_next: Handler) -
     name: str = trained["name"]  # type: ignore[assignment]
     model = records.pop(name)
     kept = {k: a for k, a in model.items() if k not in keys}
-    if kept:  # the arrays outside the masked part travel as before
-        records[name] = ArrayRecord(kept)
+    if kept:  # the arrays outside the summed part stay here (module doc)
+        states[KEPT.format(client)] = ArrayRecord(kept)
     # the first array is the client's quantized weight (Flower's factor_combine), then one per key
     records[SECAGG] = ArrayRecord({name: Array(array) for name, array
                                    in zip([":weight", *keys], masked, strict=True)})
     return Message(RecordDict(records), reply_to=message)
+
+
+def _with_kept(message: Message, context: Context) -> Message:
+    """`message` with the arrays this client kept (module doc) in place of the received ones in
+    its `personal` model; unchanged where it kept none (always, with secure aggregation off)."""
+    if not any(name.startswith(KEPT.format("")) for name in context.state.keys()):
+        return message
+    if CLIENT not in message.content or not isinstance(message.content.get(PERSONAL), ArrayRecord):
+        return message
+    client = ClientAddress.read(message.content[CLIENT]).client_id
+    kept = context.state.get(KEPT.format(client))
+    if not isinstance(kept, ArrayRecord):
+        return message
+    received = message.content[PERSONAL]
+    missing = [k for k in kept.keys() if k not in received]
+    if missing:
+        raise SecureAggregationError(f"the '{PERSONAL}' model sent to client {client} lacks the "
+                                     f"arrays {missing[:3]} it keeps")
+    records = dict(message.content.items())
+    records[PERSONAL] = ArrayRecord({k: kept[k] if k in kept else a for k, a in received.items()})
+    return _same_metadata(message, RecordDict(records))
 
 
 def unmasked_request(message: Message, context: Context) -> Message:

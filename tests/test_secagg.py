@@ -163,3 +163,47 @@ def test_methods_whose_server_needs_only_a_sum_accept_it():
         cfg = RunConfig.from_flower({**default_run_config(), **SMALL, "method": method,
                                      "num-clients": 5, "secure-aggregation": "secagg+"})
         assert cfg.secure_aggregation == "secagg+"
+
+
+@pytest.mark.parametrize("method, shared", [("fedper", "features."), ("lg-fedavg", "head.")])
+def test_partial_sharing_sums_the_shared_part_and_keeps_the_personal_part_on_the_client(
+        tmp_path, method, shared):
+    # 4 clients on 2 nodes, 2 rounds: round 2 trains from round 1's securely summed shared part and
+    # from each client's own personal part, which only the client holds
+    settings = {"num-clients": 4, "method": method, "num-rounds": 2}
+    _, plain, plain_rounds = federation(tmp_path, "plain", settings, num_nodes=2)
+    _, secure, rounds = federation(tmp_path, "secure", {**settings,
+                                                        "secure-aggregation": "secagg+"}, num_nodes=2)
+    assert [r["secagg"]["completed"] for r in rounds[1:]] == [True, True]
+
+    def sent(recording: Recording, server_round: int) -> dict[int, dict[str, np.ndarray]]:
+        """The `personal` model each client's train request of `server_round` carried."""
+        trains = [m for m, _ in recording.exchanges if m.metadata.message_type == "train.local"]
+        per_round = len(trains) // 2
+        return {client_of(m): {k: a.numpy() for k, a in m.content["personal"].items()}
+                for m in trains[(server_round - 1) * per_round:server_round * per_round]}
+
+    first, plain_second, secure_second = sent(plain, 1), sent(plain, 2), sent(secure, 2)
+    assert sorted(secure_second) == [0, 1, 2, 3]
+    bound = quantization_bound(settings, 4)
+    keys = list(first[0])
+    assert any(k.startswith(shared) for k in keys) and not all(k.startswith(shared) for k in keys)
+    for client, model in secure_second.items():
+        for key in keys:
+            if key.startswith(shared):  # the weighted mean of round 1's shared parts
+                np.testing.assert_allclose(model[key], plain_second[client][key], rtol=0, atol=bound)
+            else:  # the server has no personal part but the initial one
+                np.testing.assert_array_equal(model[key], first[client][key])
+    # no upload carries a personal array: only the masked shared part, exactly its arrays
+    uploads = [r for m, r in secure.exchanges
+               if m.metadata.message_type == "train.local" and SECAGG in m.content]
+    assert len(uploads) == 8
+    for reply in uploads:
+        assert [n for n, r in reply.content.items() if isinstance(r, ArrayRecord)] == [SECAGG]
+        assert list(reply.content[SECAGG].keys())[1:] == [k for k in keys if k.startswith(shared)]
+    # each client trained and evaluated round 2 with its own personal part (the server's initial
+    # one would not give the plain run's accuracies)
+    np.testing.assert_allclose([r["train-loss"] for r in rounds[1:]],
+                               [r["train-loss"] for r in plain_rounds[1:]], rtol=0, atol=1e-3)
+    np.testing.assert_allclose([r["personalized"]["mean"] for r in rounds],
+                               [r["personalized"]["mean"] for r in plain_rounds], rtol=0, atol=1e-6)

@@ -14,10 +14,18 @@ shared part is the num-examples-weighted mean of the trained clients' shared col
 personal columns of V change only when their own client trains. Clients are stateless (Flower
 simulation and deployment alike), so the down-link carries the whole model; the client half is
 `train.local` (train the received model, send it back).
+
+Under secure aggregation (`secure-aggregation = 'secagg+'`, strategies/shared/secure_sum.py) the
+server learns only the weighted sum of the shared part: a client's reply carries its shared columns
+masked (`secure_part`, the keys the protocol sums) and nothing of its personal part, which stays on
+the client (client_app/secagg.py keeps it and trains and evaluates with it); the wrapper hands the
+unmasked mean to `take_secure_mean`. V's personal columns then keep the initial model, which is what
+the down-link carries there and each client replaces with its own.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
@@ -25,6 +33,7 @@ from strategies.shared.client_matrix import ClientMatrixStorage
 from strategies.shared.messages import CONFIG, PERSONAL, TRAIN_LOCAL
 from strategies.shared.params import ParameterLayout
 from strategies.shared.personalized import PersonalizedStrategy
+from strategies.shared.secure_aggregation import SECAGG
 
 PARTS: tuple[str, ...] = ("features", "head")
 
@@ -75,9 +84,26 @@ class PartialSharing(PersonalizedStrategy):
     def train_content(self, client: int, arrays: ArrayRecord, config: ConfigRecord) -> RecordDict:
         return RecordDict({PERSONAL: self.personal_arrays(client), CONFIG: config})
 
+    @property
+    def secure_part(self) -> str:
+        """The key prefix of the arrays secure aggregation sums: the shared part's."""
+        return f"{self.shared_part}."
+
     def absorb(self, client: int, content: RecordDict) -> None:
+        if SECAGG in content:  # secure aggregation: the shared part masked, no personal part
+            return  # the sum arrives through take_secure_mean
         super().absorb(client, content)  # V_i ← the trained model (both parts)
         self._trained.append((client, float(self.num_examples[client])))
+
+    def take_secure_mean(self, mean: ArrayRecord) -> None:
+        """g[shared] ← the weighted mean of the round's shared part that secure aggregation
+        unmasked (`mean`: the arrays of `secure_part`; integer buffers are not in V)."""
+        row = self.shared.clone()
+        for i, key in enumerate(self.layout.keys):
+            if key in mean:
+                value = np.asarray(mean[key].numpy(), dtype=np.float32).reshape(-1)
+                row[self.layout.offsets[i]:self.layout.offsets[i + 1]] = torch.from_numpy(value)
+        self.shared = torch.where(self.mask, row, self.shared)
 
     def after_train(self, server_round: int) -> ArrayRecord | None:
         """g[shared] ← Σ_k n_k·V_k[shared] / Σ_k n_k over the clients trained this round."""

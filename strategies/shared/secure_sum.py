@@ -20,6 +20,12 @@ vectors of the clients that answered (modulo 2**32) and returns the round's mode
 model that was sent; `after_aggregate` runs `unmask` and writes the weighted mean into that record,
 so the runner's round ends with it. A round whose protocol cannot finish (too few clients left to
 rebuild a secret) keeps the model it sent, as a round nobody trained in.
+
+A strategy that shares only part of its model (`secure_part`, a key prefix; the partial-sharing
+base, strategies/shared/partial.py) has only the arrays of that part summed: its clients keep the
+rest; it takes the replies' metrics in its own `aggregate_train` (which leaves the masked replies
+out of its client models) and the unmasked mean in `take_secure_mean`, and the round returns no
+global model.
 """
 
 from __future__ import annotations
@@ -116,6 +122,8 @@ class SecureAggregation(Strategy, PhasedStrategy, ClientKeyed, MethodReporter):
         self.expected = expected
         self.max_weight = DEFAULT_MAX_WEIGHT
         self.protocol: RoundProtocol | None = None
+        # the key prefix of the summed arrays ('' = the whole model, the round's global model)
+        self.part: str = getattr(strategy, "secure_part", "")
         self.rounds: dict[int, dict[str, Any]] = {}  # round -> what the protocol did (report)
 
     def __getattr__(self, name: str) -> Any:  # the wrapped strategy's other attributes
@@ -223,7 +231,7 @@ class SecureAggregation(Strategy, PhasedStrategy, ClientKeyed, MethodReporter):
             records[SECAGG] = ConfigRecord({
                 Key.STAGE: Stage.COLLECT_MASKED_VECTORS,
                 Key.SOURCE_LIST: [s for s, _ in kept], Key.CIPHERTEXT_LIST: [t for _, t in kept],
-                RECORD: "", PART: ""})  # the reply's one model record, all of it
+                RECORD: "", PART: self.part})  # the reply's one model record (its part)
             state.messages[client] = Message(RecordDict(records), dst_node_id=client,
                                              message_type=message.metadata.message_type,
                                              group_id=message.metadata.group_id)
@@ -266,15 +274,19 @@ class SecureAggregation(Strategy, PhasedStrategy, ClientKeyed, MethodReporter):
                 state.masked[client] = [a.numpy().astype(np.int64) for a in record.values()]
         if not state.masked:
             return None, None
+        state.total = parameters_mod(
+            [sum(vectors) for vectors in zip(*state.masked.values())], MODULUS_RANGE)
+        state.result = ArrayRecord({n: Array(np.array(a.numpy(), copy=True))
+                                    for n, a in state.sent.items() if n.startswith(self.part)})
+        if self.part:  # a part: the strategy takes the metrics, the mean after unmask
+            _, metrics = self.strategy.aggregate_train(
+                server_round, [(c, r) for c, r in replies if c in state.masked])
+            return None, metrics
         contents = [RecordDict({METRICS: reply.content[METRICS]}) for client, reply in replies
                     if client in state.masked]
         key = getattr(self.strategy, "weighted_by_key", "num-examples")
         aggregate = getattr(self.strategy, "train_metrics_aggr_fn", aggregate_metricrecords)
         metrics = aggregate(contents, key)
-        state.total = parameters_mod(
-            [sum(vectors) for vectors in zip(*state.masked.values())], MODULUS_RANGE)
-        state.result = ArrayRecord({n: Array(np.array(a.numpy(), copy=True))
-                                    for n, a in state.sent.items()})
         return state.result, metrics
 
     def after_aggregate(self, server_round: int, online: list[int]) -> Steps[None]:
@@ -336,12 +348,15 @@ class SecureAggregation(Strategy, PhasedStrategy, ClientKeyed, MethodReporter):
         mean = dequantize(values, self.clipping_range, self.quantization_range)
         offset = -(len(survivors) - 1) * self.clipping_range
         scale = self.quantization_range / float(weight)
-        for (name, sent), value in zip(list(state.sent.items()), mean, strict=True):
+        for (name, sent), value in zip([(n, a) for n, a in state.sent.items()
+                                        if n.startswith(self.part)], mean, strict=True):
             dtype = sent.numpy().dtype
             averaged = (value + offset) * scale
             if not np.issubdtype(dtype, np.floating):
                 averaged = np.rint(averaged)
             state.result[name] = Array(np.asarray(averaged, dtype=dtype).reshape(sent.shape))
+        if self.part:
+            self.strategy.take_secure_mean(state.result)
         self.rounds[server_round] = {**report, "completed": True}
         log.info("round %d: secure aggregation unmasked the sum of %d clients (%d dropped)",
                  server_round, len(survivors), len(dropped))

@@ -1,5 +1,6 @@
 """`fedper`: shared feature extractor, personal head (`server.py`, on the partial-sharing base
-`strategies.shared.partial`); clients run the generic `train.local` step."""
+`strategies.shared.partial`); clients run the generic `train.local` step. Under `secure-aggregation`
+the server learns only the weighted sum of `features.*` and each head stays on its client."""
 
 from __future__ import annotations
 
@@ -20,6 +21,6 @@ def build(cfg: RunConfig, storage: ClientMatrixStorage) -> Strategy:
                   matrix_storage=storage)
 
 
-METHODS = (Method("fedper", build, robust=True,
+METHODS = (Method("fedper", build, robust=True, secure_aggregation=True,
            summary="FedPer: shared feature extractor (`features.*`), personal head (`head.*`)",
            client_step="client_app/methods/local.py", privacy=("sample",)),)

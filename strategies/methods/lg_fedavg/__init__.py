@@ -1,5 +1,6 @@
 """`lg-fedavg`: personal feature extractor, shared head (`server.py`, on the partial-sharing base
-`strategies.shared.partial`); clients run the generic `train.local` step."""
+`strategies.shared.partial`); clients run the generic `train.local` step. Under `secure-aggregation`
+the server learns only the weighted sum of `head.*` and each feature extractor stays on its client."""
 
 from __future__ import annotations
 
@@ -20,6 +21,6 @@ def build(cfg: RunConfig, storage: ClientMatrixStorage) -> Strategy:
                     matrix_storage=storage)
 
 
-METHODS = (Method("lg-fedavg", build, robust=True,
+METHODS = (Method("lg-fedavg", build, robust=True, secure_aggregation=True,
            summary="LG-FedAvg: personal feature extractor, shared head",
            client_step="client_app/methods/local.py", privacy=("sample",)),)
