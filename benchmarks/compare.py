@@ -357,7 +357,8 @@ def plot(summaries: list[dict[str, Any]], path: Path, title: str = "") -> None:
 # --- experiment configs (one per paper table: benchmarks/papers/*.toml) ----------------------------
 # `reported` and `differences` (and a cell's `label` and `reported`): the paper's numbers and the
 # settings that differ from it, read by the docs (docs/blocks/papers.py), not by the runs
-GRID_KEYS = {"paper", "table", "title", "methods", "seeds", "common", "cells", "reported", "differences"}
+GRID_KEYS = {"paper", "table", "title", "methods", "seeds", "common", "cells", "reported", "differences",
+             "calibrate-noise"}
 CELL_KEYS = {"name", "methods", "set", "note", "label", "reported"}
 
 
@@ -402,9 +403,24 @@ def grid_runs(grid: dict[str, Any], stem: str, overrides: dict[str, Any],
         for seed in grid.get("seeds", [0]):
             settings = {**flat_keys(grid.get("common", {})), **flat_keys(cell.get("set", {})), "seed": seed,
                         **overrides}
-            runs.append((f"{stem}-{cell['name']}-seed{settings['seed']}",
-                         list(cell.get("methods", grid["methods"])), settings))
+            methods = list(cell.get("methods", grid["methods"]))
+            if grid.get("calibrate-noise"):
+                settings = calibrate_noise(settings, methods[0])
+            runs.append((f"{stem}-{cell['name']}-seed{settings['seed']}", methods, settings))
     return runs
+
+
+def calibrate_noise(settings: dict[str, Any], method: str) -> dict[str, Any]:
+    """A grid with `calibrate-noise = true`: a run with `dp` and a `dp-target-epsilon` gets the
+    `dp-noise-multiplier` that brings its accountant to that ε after `num-rounds` rounds
+    (`strategies.shared.privacy.calibrated_noise`, rounded up to 4 decimals); other runs as given."""
+    from strategies.shared.privacy import calibrated_noise
+    from strategies.shared.run_config import RunConfig, default_run_config
+
+    cfg = RunConfig.from_flower({**default_run_config(), **settings, "method": method})
+    if cfg.dp == "off" or cfg.dp_target_epsilon <= 0:
+        return settings
+    return {**settings, "dp-noise-multiplier": math.ceil(calibrated_noise(cfg) * 1e4) / 1e4}
 
 
 # --- command line ---------------------------------------------------------------------------------
