@@ -1,0 +1,244 @@
+"""Settings no rule was tuned on: FLT against max(FedAvg, FedAvg+FT, Local) on a drawn list.
+
+    python -m benchmarks.untuned --generate            # draw the list (benchmarks/experiments/untuned.toml)
+    python -m benchmarks.untuned --name untuned-before # run FLT and the baselines on every setting
+    python -m benchmarks.untuned --name untuned-after --methods flt --baselines untuned-before
+
+The list is drawn once, from a stated seed (`--draw-seed`, default 46), before a rule is changed, so
+that the rule cannot be fitted to it: seeds not used by the suite (≥ 3), client counts, samples per
+client from 30 to 600 (log-uniform), the structure (none, label skew, label clusters, rotated
+domains) and its size, and participation. The issue's case (label clusters, about 50 samples per
+client, every client taking part) is added by name. Every setting shares the budget in [common]
+(MNIST, MLP), sized so that one setting's four results cost well under a minute.
+
+Each setting runs through `benchmarks.compare.compare` (same data, partition, seed and budget for
+every method). With `--baselines NAME` only `--methods` run, and the baselines' numbers are read from
+`benchmarks/results/NAME.json` (the baselines' code is unchanged between the two runs; their runs
+are deterministic). Writes `benchmarks/results/<name>.{md,json}`: per setting, each method's mean
+accuracy, FLT − max(FedAvg, FedAvg+FT, Local) and FLT's structure decision.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import shlex
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import (RESULTS_DIR, benchmark_parser, code_version, log_progress,
+                               machine_facts, markdown_table, provenance, set_threads)
+
+LIST = Path(__file__).resolve().parent / "experiments" / "untuned.toml"
+COMMON = {"dataset": "mnist", "model": "mlp", "num-rounds": 20, "local-epochs": 1,
+          "batch-size": 32, "lr": 0.05, "finetune-epochs": 1, "checkpoint-every": 0}
+ISSUE_CASE = {"name": "issue-label-clusters-n50", "structure": "groups", "seed": 0,
+              "set": {"partition": "label-clusters", "num-clusters": 5, "labels-per-cluster": 2,
+                      "num-clients": 20, "max-samples-per-client": 50, "fraction-train": 1.0}}
+
+
+# --- drawing the list -------------------------------------------------------------------------------
+def draw(draw_seed: int, count: int) -> list[dict[str, Any]]:
+    """`count` settings drawn with `random.Random(draw_seed)`, then the issue's case."""
+    rng = random.Random(draw_seed)
+    settings = []
+    for i in range(count):
+        clients = rng.choice([10, 12, 16, 20, 24, 30])
+        samples = int(round(math.exp(rng.uniform(math.log(30), math.log(600)))))
+        kind = rng.choice(["iid", "dirichlet", "label-clusters", "label-clusters", "domains", "shards"])
+        keys: dict[str, Any] = {"partition": kind}
+        structure = "none"
+        if kind == "dirichlet":
+            keys["dirichlet-alpha"] = rng.choice([0.3, 1.0, 3.0])
+            structure = "label skew"
+        elif kind == "label-clusters":
+            labels = rng.choice([1, 2, 3])
+            keys["num-clusters"] = rng.randint(2, min(10 // labels, 6))
+            keys["labels-per-cluster"] = labels
+            structure = "groups"
+        elif kind == "domains":
+            count_rot = rng.choice([2, 3, 4])
+            keys["domain-rotations"] = ",".join(str(a) for a in [0, 90, 180, 270][:count_rot])
+            structure = "groups"
+        elif kind == "shards":
+            keys["shards-per-client"] = rng.choice([2, 3])
+            structure = "label skew"
+        keys.update({"num-clients": clients, "max-samples-per-client": samples,
+                     "fraction-train": rng.choice([1.0, 0.5, 0.2])})
+        settings.append({"name": f"u{i + 1:02d}-{kind}", "structure": structure,
+                         "seed": rng.randrange(3, 10_000), "set": keys})
+    return [*settings, ISSUE_CASE]
+
+
+def toml_text(draw_seed: int, count: int, settings: list[dict[str, Any]]) -> str:
+    def value(v: Any) -> str:
+        return json.dumps(v) if isinstance(v, str) else (repr(v) if isinstance(v, float) else str(v))
+
+    lines = ["# Settings no rule was tuned on (benchmarks/untuned.py). Drawn by",
+             f"#     python -m benchmarks.untuned --generate --draw-seed {draw_seed} --count {count}",
+             "# before FLT's structure decision was changed; the last entry is the issue's case.", "",
+             "[common]", *(f"{k} = {value(v)}" for k, v in COMMON.items())]
+    for s in settings:
+        keys = ", ".join(f"{json.dumps(k)} = {value(v)}" for k, v in s["set"].items())
+        lines += ["", "[[settings]]", f"name = {json.dumps(s['name'])}",
+                  f"structure = {json.dumps(s['structure'])}", f"seed = {s['seed']}",
+                  f"set = {{ {keys} }}"]
+    return "\n".join(lines) + "\n"
+
+
+def load(path: Path = LIST) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    import tomllib
+
+    data = tomllib.loads(path.read_text())
+    for key in ("common", "settings"):
+        if key not in data:
+            raise ValueError(f"{path}: missing [{key}]")
+    for s in data["settings"]:
+        missing = {"name", "structure", "seed", "set"} - set(s)
+        if missing:
+            raise ValueError(f"{path}: setting {s.get('name', '?')} lacks {sorted(missing)}")
+    return data["common"], data["settings"]
+
+
+# --- running ----------------------------------------------------------------------------------------
+def means(summary: dict[str, Any]) -> dict[str, float | None]:
+    final = summary.get("final") or {}
+    out = {summary["method"]: (final.get("personalized") or {}).get("mean")}
+    if summary["method"] == "fedavg":
+        out["fedavg+FT"] = (final.get("finetuned") or {}).get("mean")
+    return out
+
+
+def flt_decision(summary: dict[str, Any]) -> dict[str, Any]:
+    flt = summary.get("flt") or {}
+    keys = ("edges", "structure-contrast", "structure-p", "complete-graph")
+    return {k: flt.get(k) for k in keys if k in flt}
+
+
+def run(settings: list[dict[str, Any]], common: dict[str, Any], methods: list[str],
+        workdir: Path) -> list[dict[str, Any]]:
+    from benchmarks.compare import compare
+
+    rows = []
+    for s in settings:
+        overrides = {**common, **s["set"], "seed": s["seed"]}
+        started = time.perf_counter()
+        summaries = compare(methods, overrides, s["name"], results_dir=workdir / "results",
+                            runs_dir=workdir / "runs" / s["name"])
+        row = {"name": s["name"], "structure": s["structure"], "seed": s["seed"], "set": s["set"],
+               "means": {}, "seconds": time.perf_counter() - started}
+        for summary in summaries:
+            row["means"].update(means(summary))
+            if summary["method"] == "flt":
+                row["flt"] = flt_decision(summary)
+        rows.append(row)
+        print(s["name"], row["means"], row.get("flt"), f"{row['seconds']:.0f} s", flush=True)
+    return rows
+
+
+BASELINES = ("fedavg", "fedavg+FT", "local")
+
+
+def delta(row: dict[str, Any]) -> float | None:
+    base = [row["means"].get(b) for b in BASELINES]
+    if row["means"].get("flt") is None or any(b is None for b in base):
+        return None
+    return row["means"]["flt"] - max(base)
+
+
+def describe(s: dict[str, Any]) -> str:
+    k = s["set"]
+    part = k["partition"]
+    if part == "label-clusters":
+        part += f" {k['num-clusters']}×{k['labels-per-cluster']}"
+    elif part == "dirichlet":
+        part += f" α={k['dirichlet-alpha']:g}"
+    elif part == "domains":
+        part += f" {k['domain-rotations']}°"
+    elif part == "shards":
+        part += f" q={k['shards-per-client']}"
+    return f"{part}, M={k['num-clients']}, n≤{k['max-samples-per-client']}, ρ={k['fraction-train']:g}"
+
+
+def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    lines = [*provenance(meta, f"# {meta['name']}: FLT on settings no rule was tuned on"), "",
+             f"Settings: `{meta['list']}` ({len(rows)} settings, common budget "
+             + ", ".join(f"{k}={v}" for k, v in meta["common"].items()) + ")."
+             + (f" Baselines read from `{meta['baselines']}`." if meta.get("baselines") else ""),
+             "Δ = FLT − max(FedAvg, FedAvg+FT, Local), points. Decision: FLT's graph (*graph*) or "
+             "the complete graph (*complete*: no structure found); p: the structure test's p-value "
+             "where the run reports one.", ""]
+    table = []
+    for r in rows:
+        m, flt = r["means"], r.get("flt") or {}
+        d = delta(r)
+        fmt = (lambda v: "—" if v is None else f"{v:.2f}")
+        p = flt.get("structure-p")
+        decision = "—" if "complete-graph" not in flt else ("complete" if flt["complete-graph"] else "graph")
+        table.append([r["name"], describe(r), r["structure"], str(r["seed"]), fmt(m.get("fedavg")),
+                      fmt(m.get("fedavg+FT")), fmt(m.get("local")), fmt(m.get("flt")),
+                      "—" if d is None else f"{d:+.2f}", decision,
+                      "—" if p is None else f"{p:.3f}"])
+    lines += markdown_table(["setting", "partition", "structure", "seed", "FedAvg", "FedAvg+FT",
+                             "Local", "FLT", "Δ", "decision", "p"], "lllrrrrrrlr", table)
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = benchmark_parser("untuned", __doc__)
+    parser.add_argument("--generate", action="store_true", help="draw the list into --list and stop")
+    parser.add_argument("--draw-seed", type=int, default=46)
+    parser.add_argument("--count", type=int, default=13, help="drawn settings (the issue's case is added)")
+    parser.add_argument("--list", default=str(LIST))
+    parser.add_argument("--name", default="untuned")
+    parser.add_argument("--methods", default="flt,fedavg,local")
+    parser.add_argument("--baselines", default=None,
+                        help="results name whose FedAvg / FedAvg+FT / Local numbers to reuse")
+    parser.add_argument("--only", default=None, help="comma-separated setting names")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="run-config override for every setting (repeatable)")
+    parser.add_argument("--results-dir", default=str(RESULTS_DIR))
+    args = parser.parse_args(argv)
+    path = Path(args.list)
+    if args.generate:
+        path.write_text(toml_text(args.draw_seed, args.count, draw(args.draw_seed, args.count)))
+        print(path.read_text())
+        return 0
+    from benchmarks.common import parse_set
+
+    log_progress()
+    set_threads(1)
+    common, settings = load(path)
+    if args.only:
+        names = args.only.split(",")
+        settings = [s for s in settings if s["name"] in names]
+    common = {**common, **parse_set(args.set)}
+    methods = [m for m in args.methods.split(",") if m]
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = run(settings, common, methods, Path(tmp))
+    out = Path(args.results_dir)
+    if args.baselines:
+        stored = {r["name"]: r for r in json.loads((out / f"{args.baselines}.json").read_text())["rows"]}
+        for r in rows:
+            for b in BASELINES:
+                r["means"].setdefault(b, stored[r["name"]]["means"].get(b))
+    meta = {"name": args.name, "command": "python -m benchmarks.untuned " + shlex.join(argv),
+            "date": started, "machine": machine_facts(), "code": code_version(),
+            "list": str(path.relative_to(Path.cwd())) if path.is_absolute() and path.is_relative_to(Path.cwd()) else str(path),
+            "common": common, "baselines": args.baselines}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{args.name}.json").write_text(json.dumps({**meta, "rows": rows}, indent=1, default=str))
+    (out / f"{args.name}.md").write_text(markdown(meta, rows))
+    print(markdown(meta, rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
