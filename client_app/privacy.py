@@ -109,9 +109,10 @@ def dp_train_epochs(
             loss = _sample_losses(wrapped(x[index]), y[index], task)
             loss.backward()
             optimizer.pre_step()  # clip per example, add noise, average: p.grad
-            if penalty is not None:  # data-independent: its exact gradient, after the noise
-                for p, g in zip(params, torch.autograd.grad(penalty(model), params,
-                                                            allow_unused=True)):
+            pull = penalty(model) if penalty is not None else None
+            if pull is not None and pull.requires_grad:  # data-independent: its exact gradient,
+                # after the noise (a constant penalty, e.g. SFL's with reg-grad off, has none)
+                for p, g in zip(params, torch.autograd.grad(pull, params, allow_unused=True)):
                     if g is not None:
                         p.grad = p.grad + g
             optimizer.original_optimizer.step()

@@ -115,6 +115,19 @@ def test_dp_sgd_update_is_noisy_and_within_the_per_example_clipping_bound():
                    for p in noisy.parameters())
 
 
+def test_dp_sgd_takes_a_constant_penalty_as_no_gradient():
+    """SFL's pulls with reg-grad off are constants (the reference code): DP-SGD trains as with no
+    penalty, as the plain loop does."""
+    x, y = _data()
+    none, constant = _model(), _model()
+    _dp(none, x, y, noise=1.0)
+    ins = PrivacyInstructions(noise_multiplier=1.0, max_grad_norm=1.0, delta=1e-5)
+    dp_train_epochs(constant, x, y, epochs=1, batch_size=16, lr=0.5, momentum=0.0,
+                    generator=seeded_generator(3), ins=ins, prior=[], spent=[],
+                    penalty=lambda m: torch.linalg.vector_norm(_flat(m)).detach())
+    assert torch.equal(_flat(constant), _flat(none))
+
+
 def test_local_trainer_swaps_in_only_while_set():
     x, y = _data()
     calls = []
