@@ -46,6 +46,41 @@ def test_epsilon_equals_opacus_rdp_accountant_stepped_one_step_at_a_time():
     assert epsilon([], 1e-5) == 0.0
 
 
+def test_calibrated_noise_reaches_the_target_epsilon_after_the_run():
+    """The noise multiplier calibrated for a target ε (Opacus' get_noise_multiplier): the binding
+    schedule ends within 0.01 below the target, every other one below it; DP-SGD's schedule is the
+    client's (client_app.privacy.schedule), client-level DP's one aggregate a round."""
+    from strategies.shared.privacy import noise_for_epsilon, run_schedules, sample_schedule
+
+    assert sample_schedule(100, 32, 2) == schedule(100, 32, 2)
+    cfg = RunConfig.from_flower({**default_run_config(), **SMALL, "method": "fedavg", "dp": "sample",
+                                 "num-rounds": 10, "batch-size": 32})
+    schedules = run_schedules(cfg, [100, 160, 160])
+    assert schedules == [(0.25, 40), (0.2, 50)]
+    sigma = noise_for_epsilon(4.0, 1e-5, schedules)
+    reached = [epsilon([(sigma, q, k)], 1e-5) for q, k in schedules]
+    assert max(reached) <= 4.0 and max(reached) == pytest.approx(4.0, abs=0.011)
+    assert epsilon([(sigma * 0.95, 0.25, 40)], 1e-5) > 4.0  # no smaller σ would do
+    client = RunConfig.from_flower({**default_run_config(), **SMALL, "method": "fedavg",
+                                    "dp": "client", "dp-delta": 1e-3, "num-rounds": 7})
+    assert run_schedules(client) == [(1.0, 7)]
+    with pytest.raises(ValueError, match="positive"):
+        noise_for_epsilon(0.0, 1e-5, schedules)
+
+
+def test_a_grid_with_calibrate_noise_sets_each_dp_runs_noise_multiplier():
+    from benchmarks.compare import calibrate_noise
+    from strategies.shared.privacy import calibrated_noise
+
+    settings = {**SMALL, "dp": "client", "dp-delta": 1e-3, "dp-target-epsilon": 2.0}
+    calibrated = calibrate_noise(settings, "fedavg")
+    cfg = RunConfig.from_flower({**default_run_config(), **calibrated, "method": "fedavg"})
+    assert calibrated["dp-noise-multiplier"] >= calibrated_noise(cfg) > 0
+    assert epsilon([(cfg.dp_noise_multiplier, 1.0, 2)], 1e-3) <= 2.0
+    for untouched in ({**SMALL, "dp": "off"}, {**SMALL, "dp": "client", "dp-delta": 1e-3}):
+        assert calibrate_noise(untouched, "fedavg") == untouched  # no DP, or no target
+
+
 def test_ledger_travels_per_client_and_steps_within_keep_the_target():
     ledger = {2: [(1.0, 0.1, 50)], 0: [(1.0, 0.1, 20), (1.0, 0.1, 20)]}
     ins = PrivacyInstructions(noise_multiplier=1.0, max_grad_norm=1.0, delta=1e-5,
