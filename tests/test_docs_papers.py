@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from docs.blocks.data import num
 
 PAGE = gen.DOCS / "papers.md"
 CONFIGS = sorted(papers.PAPERS.glob("*.toml"))
+FEDSKA = papers.PAPERS / "fedska-table1.toml"
 
 
 def test_the_page_shows_every_paper_table_and_each_cells_numbers_from_its_config():
@@ -44,22 +44,34 @@ def test_a_cell_without_a_committed_run_says_what_it_needs():
             "--cells cifar10-q2,cifar10-q5,cifar10-q10,shakespeare --set data-root=/data") in block
 
 
+# the settings the committed comparisons flt-label-clusters-m50-r100{,-e5}-seed{0,1} ran with (their
+# `overrides`), as a paper-table config writes them
+RAN = ('dataset = "mnist"\npartition = "label-clusters"\nnum-clusters = 5\nlabels-per-cluster = 2\n'
+       'num-clients = 50\nmax-samples-per-client = 300\nmodel = "mlp"\nnum-rounds = 100\n'
+       'batch-size = 10\nlr = 0.01\nmomentum = 0.5\nfraction-train = 0.2\nfinetune-epochs = 0\n'
+       'client-threads = 1\n')
+
+
+def _grid_of_committed_runs(tmp_path, monkeypatch, methods='["fedavg", "flt", "ifca", "fedsem"]',
+                            common=RAN, e5='local-epochs = 5'):
+    """A config `flt-label-clusters` whose cells are named after committed comparisons."""
+    head = FEDSKA.read_text().split("[common]")[0]
+    head = head.replace('methods = ["local", "fedavg", "fedprox", "ditto", "ifca", "fedu", "sfl", "fedska"]',
+                        f"methods = {methods}").replace("seeds = [0]", "seeds = [0, 1, 7]")
+    cells = "".join(f'[[cells]]\nname = "{n}"\nlabel = "{n}"\nset = {{ {e} }}\n'
+                    f"reported = {{ fedavg = 1.5 }}\n"
+                    for n, e in (("m50-r100", "local-epochs = 2"), ("m50-r100-e5", e5)))
+    (tmp_path / "flt-label-clusters.toml").write_text(head + "[common]\n" + common + cells)
+    monkeypatch.setattr(papers, "PAPERS", tmp_path)
+
+
 def test_a_committed_run_of_a_cell_is_shown_with_its_numbers_and_linked(tmp_path, monkeypatch):
-    """A config whose cell's runs are committed (here: named after committed comparisons) gets a
-    Bouquet table read from their JSON, each row linking its results page, its numbers those the
-    page shows (the docs' check of cited rows)."""
+    """A config whose cell's runs are committed (here: named after committed comparisons, with the
+    settings they ran) gets a Bouquet table read from their JSON, each row linking its results page,
+    its numbers those the page shows (the docs' check of cited rows), and each run's command."""
     from tests.test_docs import shown_numbers_missing
 
-    grid = (papers.PAPERS / "fedska-table1.toml").read_text()
-    grid = grid.replace('methods = ["local", "fedavg", "fedprox", "ditto", "ifca", "fedu", "sfl", "fedska"]',
-                        'methods = ["fedavg", "flt", "ifca"]').replace("seeds = [0]", "seeds = [0, 1, 7]")
-    cells = "\n".join(f'[[cells]]\nname = "{n}"\nlabel = "{n}"\nset = {{ dataset = "mnist" }}\n'
-                      f"reported = {{ fedavg = 1.5 }}\n" for n in ("m50-r100", "m50-r100-e5"))
-    head = grid.split("[[cells]]")[0]
-    (tmp_path / "flt-label-clusters.toml").write_text(head + cells)
-    monkeypatch.setattr(papers, "PAPERS", tmp_path)
-    assert tomllib.loads(head + cells)["methods"] == ["fedavg", "flt", "ifca"]
-
+    _grid_of_committed_runs(tmp_path, monkeypatch)
     block = papers.paper_table("flt-label-clusters")
     rows = [line for line in block.splitlines() if line.startswith("|") and "](results/" in line]
     stems = [f"flt-label-clusters-{c}-seed{s}" for c in ("m50-r100", "m50-r100-e5") for s in (0, 1)]
@@ -69,10 +81,39 @@ def test_a_committed_run_of_a_cell_is_shown_with_its_numbers_and_linked(tmp_path
         for summary in data["summaries"]:
             if summary["method"] in ("fedavg", "flt", "ifca"):
                 assert num(summary["final"]["personalized"]["mean"]) in row
-    assert "| m50-r100 (`m50-r100`) | MNIST | `dataset=mnist` | committed: seed 0, seed 1 |" in block
+        assert f"- `{stem}`: `{data['command']}`" in block
+    assert ("| m50-r100 (`m50-r100`) | MNIST | `local-epochs=2` | committed: seed 0, seed 1 |"
+            in block)
     cited = [(PAGE, row, [gen.RESULTS / f"{stem}.json"]) for stem, row in zip(stems, rows)]
     assert shown_numbers_missing(cited) == []
     assert f"[`{stems[0]}.json`](results/{stems[0]}.md)" in block  # the sources line
+    assert "Not yet run here" not in block
+
+
+def test_a_cell_committed_with_part_of_its_methods_names_those_it_did_not_run(tmp_path, monkeypatch):
+    _grid_of_committed_runs(tmp_path, monkeypatch, methods='["fedavg", "flt", "ifca", "fedsem", "local"]')
+    block = papers.paper_table("flt-label-clusters")
+    assert "| committed: seed 0, seed 1; not run yet: `local` |" in block
+    assert ("- m50-r100 (`m50-r100`): committed without `local` (— in Bouquet's table); `python -m "
+            "benchmarks.compare --config") in block
+    row = next(line for line in block.splitlines() if line.startswith("| m50-r100: "))
+    assert row.endswith("| — |")
+
+
+def test_a_committed_run_made_with_other_settings_than_its_cell_is_refused(tmp_path, monkeypatch):
+    """The page shows a run's numbers as the config's only when it ran exactly the cell's settings and
+    the config's methods."""
+    _grid_of_committed_runs(tmp_path, monkeypatch, e5="local-epochs = 4")
+    with pytest.raises(ValueError, match=r"flt-label-clusters-m50-r100-e5-seed0\.json did not run "
+                                         r".*cell 'm50-r100-e5' as configured: local-epochs = 5 "
+                                         r"\(config: 4\)"):
+        papers.paper_table("flt-label-clusters")
+    _grid_of_committed_runs(tmp_path, monkeypatch, common=RAN.replace("client-threads = 1\n", ""))
+    with pytest.raises(ValueError, match=r"client-threads = 1 \(config: 'unset'\)"):
+        papers.paper_table("flt-label-clusters")
+    _grid_of_committed_runs(tmp_path, monkeypatch, methods='["fedavg", "flt", "ifca"]')
+    with pytest.raises(ValueError, match=r"ran \['fedsem'\], which .* does not list"):
+        papers.paper_table("flt-label-clusters")
 
 
 def test_a_config_without_its_paper_data_is_refused_naming_the_file_and_key(tmp_path, monkeypatch):

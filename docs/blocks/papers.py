@@ -28,7 +28,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from docs.blocks.data import DASH, REPO, RESULTS, compare, num, source_link, table
+from docs.blocks.data import DASH, MISSING, REPO, RESULTS, compare, num, source_link, table
 from strategies.shared.run_config import flat_keys
 
 PAPERS = REPO / "benchmarks" / "papers"
@@ -133,6 +133,33 @@ def committed(grid: dict[str, Any], name: str, cell: dict[str, Any]) -> list[str
     return [stem for stem in stems if (RESULTS / f"{stem}.json").is_file()]
 
 
+def checked_run(grid: dict[str, Any], cell: dict[str, Any], stem: str) -> Any:
+    """The committed comparison `stem` of a cell, refused (ValueError naming the file and key) unless
+    it ran exactly the cell's settings and seed (no `--set` on top) and only the config's methods:
+    the page shows a run's numbers as the config's."""
+    run = compare(stem)
+    seed = int(stem.rsplit("seed", 1)[1])
+    expected = {**cell_settings(grid, cell), "seed": seed}
+    ran = run.data.get("overrides", {})
+    differ = sorted(k for k in set(expected) | set(ran) if ran.get(k, MISSING) != expected.get(k, MISSING))
+    if differ:
+        shown = ", ".join(f"{k} = {ran.get(k, 'unset')!r} (config: {expected.get(k, 'unset')!r})"
+                          for k in differ)
+        raise ValueError(f"docs: benchmarks/results/{stem}.json did not run {grid['path']} cell "
+                         f"'{cell['name']}' as configured: {shown}")
+    extra = sorted(set(run.methods) - set(cell.get("methods", grid["methods"])))
+    if extra:
+        raise ValueError(f"docs: benchmarks/results/{stem}.json ran {extra}, which {grid['path']} "
+                         f"cell '{cell['name']}' does not list")
+    return run
+
+
+def not_run(grid: dict[str, Any], name: str, cell: dict[str, Any]) -> list[str]:
+    """The methods of a cell that no committed run of it ran (in the config's order)."""
+    ran = {m for stem in committed(grid, name, cell) for m in compare(stem).methods}
+    return [m for m in cell.get("methods", grid["methods"]) if m not in ran]
+
+
 def method_header(grid: dict[str, Any], method: str) -> str:
     paper_name = grid["reported"].get("names", {}).get(method)
     return f"{paper_name} (`{method}`)" if paper_name else f"`{method}`"
@@ -157,6 +184,27 @@ def commands(grid: dict[str, Any], name: str) -> list[str]:
             line += f" --set data-root={DATA_ROOT}"
         lines.append(line)
     return lines
+
+
+def pending(grid: dict[str, Any], name: str) -> list[str]:
+    """Lines naming the cells that need no `data-root` but have no committed run, and the cells
+    committed with part of their methods, each with the command that runs it (one results file per
+    cell and seed: a cell's command re-runs all its methods)."""
+    lines = []
+    for cell in grid["cells"]:
+        if data_of(grid, cell)[1]:
+            continue
+        command = f"`python -m benchmarks.compare --config {grid['path']} --cells {cell['name']}`"
+        if not committed(grid, name, cell):
+            lines.append(f"- {cell['label']} (`{cell['name']}`): not run here yet; {command}.")
+        elif not_run(grid, name, cell):
+            left = ", ".join(f"`{m}`" for m in not_run(grid, name, cell))
+            lines.append(f"- {cell['label']} (`{cell['name']}`): committed without {left} (— in "
+                         f"Bouquet's table); {command} runs the whole cell, all its methods, into "
+                         "the same results file.")
+    if not lines:
+        return []
+    return ["Not yet run here, though the data is here:", "", *lines, ""]
 
 
 def paper_table(name: str, prefix: str = "") -> str:
@@ -184,7 +232,12 @@ def paper_table(name: str, prefix: str = "") -> str:
             own += f" ({cell['note']})"
         ran = committed(grid, name, cell)
         if ran:
+            for stem in ran:
+                checked_run(grid, cell, stem)
             here = "committed: " + ", ".join(f"seed {stem.rsplit('seed', 1)[1]}" for stem in ran)
+            left = not_run(grid, name, cell)
+            if left:
+                here += "; not run yet: " + ", ".join(f"`{m}`" for m in left)
         elif needs_root:
             here = f"not run here: needs {data} at `data-root`"
         else:
@@ -192,14 +245,16 @@ def paper_table(name: str, prefix: str = "") -> str:
         rows.append((f"{cell['label']} (`{cell['name']}`)", data, own or DASH, here))
     out += [table(("cell", "data set", "its settings", "Bouquet"), rows, "llll"), ""]
     out += ["```bash", *commands(grid, name), "```", ""]
+    out += pending(grid, name)
     out += [f"The paper, {grid['reported']['metric']} (blank: not reported):", ""]
     out.append(table(("cell", *(method_header(grid, m) for m in methods)),
                      [(cell["label"], *(paper_value(grid, cell, m) for m in methods))
                       for cell in grid["cells"]]))
-    bouquet_rows = []
+    bouquet_rows, produced = [], []
     for cell in grid["cells"]:
         for stem in committed(grid, name, cell):
-            run = compare(stem)
+            run = checked_run(grid, cell, stem)
+            produced.append(f"- `{stem}`: `{run.data['command']}`")
             read.append(RESULTS / f"{stem}.json")
             values = []
             for method in methods:
@@ -212,7 +267,9 @@ def paper_table(name: str, prefix: str = "") -> str:
             bouquet_rows.append((f"{cell['label']}: [`{stem}`]({prefix}results/{stem}.md)", *values))
     if bouquet_rows:
         out += ["", f"Bouquet, {grid['reported']['bouquet-metric']}:", "",
-                table(("run", *(method_header(grid, m) for m in methods)), bouquet_rows)]
+                table(("run", *(method_header(grid, m) for m in methods)), bouquet_rows),
+                "", "Each run's command (as its results file records it; — above: a method it did "
+                "not run):", "", *produced]
     else:
         out += ["", "Bouquet: no cell of this table has a committed run yet."]
     out += ["", "Settings that differ from the paper:", "", *(f"- {d}" for d in grid["differences"])]
