@@ -143,37 +143,5 @@ def set_threads(threads: int) -> None:
         torch.set_num_threads(threads)
 
 
-def provenance(meta: dict[str, Any], title: str, machine_note: str = "") -> list[str]:
-    """The head of a results file: title, the command that produced it, date, code and machine."""
-    m = meta["machine"]
-    return [
-        title,
-        "",
-        "Produced by",
-        "",
-        "```",
-        meta["command"],
-        "```",
-        "",
-        f"- date: {meta['date']}; code: commit {meta['code'].get('commit', '?')}"
-        + (" (with local changes)" if meta["code"].get("local-changes") else "")
-        + f", fingerprint {meta['code']['code-fingerprint']}",
-        f"- machine: {m['cpu']}, {m['cores']} cores (torch threads {m['torch-threads']}), "
-        f"torch {m['torch']}, flwr {m['flwr']}, Python {m['python']}{machine_note}",
-        *versions_line(m),
-    ]
-
-
-def versions_line(machine: dict[str, Any]) -> list[str]:
-    """The libraries and CPU kernels line of a results file (absent in files written before they were
-    recorded)."""
-    if "libraries" not in machine:
-        return []
-    libraries = ", ".join(f"{name} {v}" for name, v in machine["libraries"].items())
-    kernels = machine.get("cpu-kernels", {})
-    return [f"- libraries: {libraries}; CPU kernels: {kernels.get('mode', '?')} "
-            f"(torch {kernels.get('torch-cpu-capability', '?')})"]
-
-
-# --- Markdown tables: the docs' renderer (docs/render.py), which the benchmarks' pages share -----
-from docs.render import ALIGNMENTS, markdown_table  # noqa: E402,F401
+# --- the results pages: the docs' renderer (docs/render.py), which the benchmarks' pages share ------
+from docs.render import ALIGNMENTS, markdown_table, provenance, versions_line  # noqa: E402,F401

@@ -39,25 +39,34 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from benchmarks.common import (
     RESULTS_DIR,
     benchmark_parser,
     log_progress,
-    markdown_table,
     parse_set,
     set_threads,
 )
-from benchmarks.compare import DASH, RUNS_DIR, compare, plot_curves, read_rounds
+from benchmarks.compare import RUNS_DIR, compare, read_rounds
 from benchmarks.parallel import Placement, add_placement_arguments, ordered, placement_from, run_all
+from docs.results.compare import plot_curves
 
 log = logging.getLogger("bouquet.benchmarks")
 
 SUITE_DIR = RESULTS_DIR / "suite"
 GRID = Path(__file__).resolve().parent / "experiments" / "suite.toml"
 # the row labels of suite.json, as the docs read them
-from docs.render import BASELINES, CONV, FT, GRAPH_METHODS, baselines_of as _baselines_of  # noqa: E402
+from docs.render import BASELINES, CONV, FT, GRAPH_METHODS  # noqa: E402
+# the suite's pages, as the docs render them
+from docs.results.suite import (  # noqa: E402,F401
+    CellResult,
+    cell_name,
+    delta_matrix,
+    delta_table,
+    delta_vs_baselines,
+    final_share,
+    load_results,
+    setting_table as _setting_table,
+)
 # per-round keys of rounds.jsonl that hold a learned graph's share inside the true structure
 SHARE_KEYS = {"sfl-star": "sfl-learned-share-", "fedska": "fedska-share-"}
 
@@ -158,28 +167,6 @@ def data_budget() -> dict[str, Any]:
     return {key: COMMON[key] for key in BUDGET_KEYS}
 
 
-def cell_name(setting: str, rho: float, seed: int, suffix: str = "") -> str:
-    return f"{setting}-rho{rho:g}-seed{seed}{suffix}"
-
-
-@dataclass
-class CellResult:
-    """One run of one method in one cell (setting, ρ, seed)."""
-
-    setting: str
-    rho: float
-    seed: int
-    label: str  # method, or e.g. "ifca (C=2)"
-    method: str
-    mean: float | None
-    worst: float | None
-    curve: list[tuple[int, float]]
-    cumulative_bytes: list[tuple[float, float]]
-    share: list[float | None]
-    share_kind: str
-    wall_seconds: float
-
-
 def _results(setting: str, rho: float, seed: int, label: str, summary: dict[str, Any],
              runs_dir: Path) -> list[CellResult]:
     """A run's `CellResult`, and for FedAvg and the graph methods with a "+ local epochs" result
@@ -247,106 +234,11 @@ def run_cell(setting: Setting, rho: float, seed: int, methods: Sequence[str],
     return out
 
 
-# --- tables -------------------------------------------------------------------------------------
-def _stats(values: list[float | None]) -> tuple[float | None, float | None]:
-    values = [v for v in values if v is not None]
-    if not values:
-        return None, None
-    return float(np.mean(values)), (float(np.std(values)) if len(values) > 1 else None)
-
-
-def _fmt(mean: float | None, std: float | None = None, signed: bool = False) -> str:
-    if mean is None:
-        return DASH
-    text = f"{mean:+.2f}" if signed else f"{mean:.2f}"
-    return text + (f" ± {std:.2f}" if std is not None else "")
-
-
-def _labels(results: list[CellResult]) -> list[str]:
-    seen: list[str] = []
-    for r in results:
-        if r.label not in seen:
-            seen.append(r.label)
-    return seen
-
-
-def _select(results: list[CellResult], setting: str, rho: float, label: str) -> list[CellResult]:
-    return [r for r in results if r.setting == setting and r.rho == rho and r.label == label]
-
-
-def delta_vs_baselines(results: list[CellResult], setting: str, rho: float,
-                       label: str) -> float | None:
-    """Seed-mean of (method mean − max(FedAvg, FedAvg+FT, Local means)) of the same seed's cell, the
-    baselines run with the same model (the conv-model runs against the conv-model baselines)."""
-    deltas = []
-    baselines = _baselines_of(label)
-    for r in _select(results, setting, rho, label):
-        base = [b.mean for b in results if b.setting == setting and b.rho == rho
-                and b.seed == r.seed and b.label in baselines and b.mean is not None]
-        if r.mean is not None and base:
-            deltas.append(r.mean - max(base))
-    return float(np.mean(deltas)) if deltas else None
-
-
-def final_share(results: list[CellResult]) -> tuple[float | None, str]:
-    """Seed-mean of the last round's share inside the true structure, and its kind."""
-    last = [r.share[-1] for r in results if r.share and r.share[-1] is not None]
-    kind = next((r.share_kind for r in results if r.share_kind), "")
-    return (float(np.mean(last)) if last else None), kind
-
-
 def setting_table(results: list[CellResult], setting: Setting, rhos: Sequence[float],
                   seeds: Sequence[int], header: list[str], rounds: int | None = None) -> str:
-    """`suite-<setting>.md`: mean / worst 5% / Δ vs max(FedAvg, FedAvg+FT, Local) per method and ρ."""
-    rounds = COMMON["num-rounds"] if rounds is None else rounds
-    lines = [*header, "", f"## {setting.title}", "",
-             f"Personalized accuracy (%) after round {rounds}, mean over seeds "
-             f"{', '.join(map(str, seeds))}" + (" (± std over seeds)" if len(seeds) > 1 else "")
-             + ". **worst 5%**: mean of the ⌈5%·K⌉ worst clients. **Δ**: mean − max(FedAvg, "
-             "FedAvg+FT, Local) of the same seed, in points. **+FT**: the model after "
-             "finetune-epochs local epochs (FedAvg: its global model). **share**: the learned graph's off-diagonal weight "
-             "inside the true structure in the last round (sfl-star, fedska).", ""]
-    columns = ["method"]
-    for rho in rhos:
-        columns += [f"ρ={rho:g} mean", f"ρ={rho:g} worst 5%", f"ρ={rho:g} Δ", f"ρ={rho:g} share"]
-    mine = [r for r in results if r.setting == setting.name]
-    rows = []
-    for label in _labels(mine):
-        row = [label]
-        for rho in rhos:
-            cells = _select(mine, setting.name, rho, label)
-            share, kind = final_share(cells)
-            row += [_fmt(*_stats([c.mean for c in cells])), _fmt(*_stats([c.worst for c in cells])),
-                    _fmt(delta_vs_baselines(mine, setting.name, rho, label), signed=True),
-                    f"{share:.2f} ({kind})" if share is not None else DASH]
-        rows.append(row)
-    lines += [*markdown_table(columns, "l" + "r" * (len(columns) - 1), rows), ""]
-    for rho in rhos:
-        lines.append(f"![personalized mean accuracy per round, ρ={rho:g}]"
-                     f"({cell_name(setting.name, rho, seeds[0])}.png)")
-    if setting.true_clusters:
-        lines += [""] + [f"![accuracy vs cumulative bytes, ρ={rho:g}]"
-                         f"(suite-bytes-{setting.name}-rho{rho:g}.png)" for rho in rhos]
-    lines.append("")
-    return "\n".join(lines)
-
-
-def delta_matrix(results: list[CellResult], settings: Sequence[Setting], rhos: Sequence[float],
-                 header: list[str]) -> str:
-    """`suite-delta.md`: method × cell, mean − max(FedAvg, FedAvg+FT, Local) in points (seed
-    means)."""
-    cells = [(s, rho) for s in settings for rho in rhos]
-    columns = ["method"] + [f"{s.name} ρ={rho:g}" for s, rho in cells]
-    lines = [*header, "", "## Δ vs max(FedAvg, FedAvg+FT, Local)", "",
-             "Mean personalized accuracy minus the best of FedAvg, FedAvg+FT (its global model after "
-             "finetune-epochs local epochs) and Local on the same cell and seed, in points, averaged "
-             "over the seeds (a baseline missing from a run is left out of its max). Graph methods: " + ", ".join(GRAPH_METHODS)
-             + ".", ""]
-    rows = [[label] + [_fmt(delta_vs_baselines(results, s.name, rho, label), signed=True)
-                       for s, rho in cells]
-            for label in _labels(results) if label not in _baselines_of(label)]
-    lines += [*markdown_table(columns, "l" + "r" * (len(columns) - 1), rows), ""]
-    return "\n".join(lines)
+    """`suite-<setting>.md` (`docs.results.suite.setting_table`); `rounds` defaults to the grid's."""
+    return _setting_table(results, setting, rhos, seeds, header,
+                          COMMON["num-rounds"] if rounds is None else rounds)
 
 
 def plot_bytes(results: list[CellResult], setting: str, rho: float, seed: int,
@@ -421,24 +313,6 @@ def run_suite(settings: Sequence[Setting], rhos: Sequence[float], seeds: Sequenc
         results = [r for part in ordered(done) for r in part]
         write_outputs(results, settings, rhos, seeds, results_dir, command, started, extra, common)
     return [r for part in ordered(done) for r in part]
-
-
-def load_results(path: Path) -> list[CellResult]:
-    """The cell results a `suite.json` holds."""
-    results = []
-    for item in json.loads(path.read_text())["results"]:
-        item["curve"] = [tuple(p) for p in item["curve"]]
-        item["cumulative_bytes"] = [tuple(p) for p in item["cumulative_bytes"]]
-        results.append(CellResult(**item))
-    return results
-
-
-def delta_table(path: Path) -> str:
-    """The Δ matrix (method × cell, as in `suite-delta.md`) of the suite.json at `path`."""
-    stored = json.loads(path.read_text())
-    settings = [SETTINGS[name] for name in stored["settings"]]
-    text = delta_matrix(load_results(path), settings, stored["rhos"], [])
-    return "\n".join(line for line in text.splitlines() if line.startswith("|"))
 
 
 def relabelled(part: str) -> tuple[Path, str]:

@@ -3,8 +3,9 @@
 - Settings tables: from each method's settings model (`strategies.shared.registry.sections()`): key,
   allowed values, default and the comment beside the field in its source.
 - Results: every committed results JSON in `benchmarks/results/` is rendered into its page by the
-  benchmark module that wrote it (`benchmarks.compare.markdown`, `benchmarks.fedcg_domains.markdown`,
-  ...), so a results page's numbers are the JSON's. Compact tables of comparisons go into the
+  renderer of its kind in `docs.results` (the schema of a result file; `docs.results.compare`,
+  `docs.results.studies`, ...: the same functions the benchmark that wrote it writes its Markdown
+  with), so a results page's numbers are the JSON's. Compact tables of comparisons go into the
   method pages between markers.
 
 Markers in a docs page or in README.md, filled in place by `python -m docs.gen` (and, for the docs
@@ -33,7 +34,6 @@ from __future__ import annotations
 import argparse
 import ast
 import difflib
-import importlib
 import inspect
 import json
 import re
@@ -43,7 +43,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from docs import results
 from docs.render import markdown_table
+from docs.results import compare
+from docs.results.suite import delta_table
 # the link prefix of README.md: `{prefix}results/<name>.md` is then `benchmarks/results/<name>.md`
 from docs.blocks.data import README_PREFIX, touch
 
@@ -53,35 +56,11 @@ README = REPO / "README.md"
 RESULTS = REPO / "benchmarks" / "results"
 MARKER = re.compile(r"<!-- gen:([\w-]+)((?: (?!-->)[^ \n]+)*) -->\n.*?<!-- /gen -->", re.S)
 
-# results file-name prefix -> (benchmark module, the JSON keys its `markdown(meta, ...)` takes)
-RENDERERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("fedcg-styles", "fedcg_domains", ("rows",)),
-    ("fedcg-rotated", "fedcg_domains", ("rows",)),
-    ("fedcg-classifier-ceiling", "fedcg_ceiling", ("rows",)),
-    ("fedcg-discovery", "fedcg_discovery", ("rows",)),
-    ("aggregation-floor", "aggregation_floor", ("rows",)),
-    ("flt-thresholds", "flt_thresholds", ("rows",)),
-    ("flt-structure", "flt_structure", ("rows",)),
-    ("flt-scale", "flt_scale", ("fcr", "aggregation")),
-    ("sfl-scale", "sfl_scale", ("rows",)),
-)
-
-
 # --- results ---------------------------------------------------------------------------------------
 def renderer(path: Path, data: dict[str, Any]) -> Callable[[], str] | None:
     """The function that renders the results JSON at `path` into its Markdown page, or None for
-    results whose benchmark has no pure renderer (their committed Markdown is the page)."""
-    if "summaries" in data:
-        compare = importlib.import_module("benchmarks.compare")
-        return lambda: compare.markdown(data, data["summaries"])
-    if path.stem.startswith("first-run"):
-        first_run = importlib.import_module("benchmarks.first_run")
-        return lambda: first_run.markdown(data, data)
-    for prefix, module, keys in RENDERERS:
-        if path.stem.startswith(prefix) and all(k in data for k in keys):
-            bench = importlib.import_module(f"benchmarks.{module}")
-            return lambda: bench.markdown(data, *(data[k] for k in keys))
-    return None
+    results without a page renderer (their committed Markdown is the page): `docs.results`."""
+    return results.renderer(path, data)
 
 
 def render_result(path: Path) -> str | None:
@@ -118,16 +97,7 @@ def added_notes(rendered: str, committed: str) -> list[str]:
 def plot_result(path: Path, out: Path) -> bool:
     """Draw the per-round plot of the results JSON at `path` into `out` (PNG), the way its benchmark
     does; False when it has none."""
-    data = json.loads(path.read_text())
-    if not isinstance(data, dict):
-        return False
-    if "summaries" in data:
-        importlib.import_module("benchmarks.compare").plot(data["summaries"], out, title=data["name"])
-        return True
-    if path.stem.startswith(("fedcg-styles", "fedcg-rotated")) and "rows" in data:
-        importlib.import_module("benchmarks.fedcg_domains").plot(data["rows"], out, data["name"])
-        return True
-    return False
+    return results.plot(path, json.loads(path.read_text()), out)
 
 
 def result_files(root: Path = RESULTS) -> Iterator[Path]:
@@ -175,9 +145,8 @@ def results_table(name: str, link_prefix: str = "") -> str:
     if "summaries" not in data:
         text = render_result(path)
         if text is None:
-            raise ValueError(f"docs: results '{name}' has no renderer (docs.gen.RENDERERS)")
+            raise ValueError(f"docs: results '{name}' has no renderer (docs.results.STUDY_PAGES)")
         return f"{link}\n\n{first_table(text)}"
-    compare = importlib.import_module("benchmarks.compare")
     s = data["settings"]
     lines = [
         f"{link}: {s['dataset']}, `{s['partition']}`, {s['num-clients']} clients, `{s['model']}`, "
@@ -191,7 +160,6 @@ def results_table(name: str, link_prefix: str = "") -> str:
 def method_results(method: str, link_prefix: str = "") -> str:
     """Every committed comparison that ran `method`: its setting, the method's mean / worst 5%
     personalized accuracy, FedAvg's mean and the best method's (regression: MAE, lower is better)."""
-    compare = importlib.import_module("benchmarks.compare")
     rows = []
     for path in sorted(RESULTS.glob("*.json")):
         data = json.loads(path.read_text())
@@ -206,18 +174,18 @@ def method_results(method: str, link_prefix: str = "") -> str:
                 return (summary["final"].get("regression") or {}).get("mae")
             best = min((m for m in summaries if score(summaries[m]) is not None),
                        key=lambda m: score(summaries[m]))
-            own = f"MAE {compare._num(score(summaries[method]), 3)}"
-            fedavg = compare._num(score(summaries["fedavg"]), 3) if "fedavg" in summaries else compare.DASH
-            shown = f"{best} ({compare._num(score(summaries[best]), 3)})"
+            own = f"MAE {compare.num(score(summaries[method]), 3)}"
+            fedavg = compare.num(score(summaries["fedavg"]), 3) if "fedavg" in summaries else compare.DASH
+            shown = f"{best} ({compare.num(score(summaries[best]), 3)})"
         else:
             def score(summary: dict[str, Any]) -> float | None:
                 return (summary["final"].get("personalized") or {}).get("mean")
             best = max((m for m in summaries if score(summaries[m]) is not None),
                        key=lambda m: score(summaries[m]))
             pers = summaries[method]["final"].get("personalized") or {}
-            own = f"{compare._num(pers.get('mean'))} / {compare._num(pers.get('worst-5%'))}"
-            fedavg = compare._num(score(summaries["fedavg"])) if "fedavg" in summaries else compare.DASH
-            shown = f"{best} ({compare._num(score(summaries[best]))})"
+            own = f"{compare.num(pers.get('mean'))} / {compare.num(pers.get('worst-5%'))}"
+            fedavg = compare.num(score(summaries["fedavg"])) if "fedavg" in summaries else compare.DASH
+            shown = f"{best} ({compare.num(score(summaries[best]))})"
         rows.append((f"[`{path.stem}`]({link_prefix}results/{path.stem}.md)", setting, own, fedavg, shown))
     if not rows:
         return (f"No committed `benchmarks.compare` comparison ran `{method}`; its results are in the "
@@ -232,7 +200,7 @@ def suite_delta(folder: str, link_prefix: str = "") -> str:
     if not path.exists():
         raise FileNotFoundError(f"docs: no suite results {path.relative_to(REPO)}")
     touch(path)
-    table = importlib.import_module("benchmarks.suite").delta_table(path)
+    table = delta_table(path)
     return f"[`{folder}/suite-delta`]({link_prefix}results/{folder}/suite-delta.md)\n\n{table}"
 
 
@@ -385,11 +353,11 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command")
     parser.add_argument("--check", action="store_true",
                         help="change nothing; exit 1 listing the pages whose generated parts are stale")
-    results = sub.add_parser("results", help="re-render every results page and plot from its JSON")
-    results.add_argument("--out", type=Path, required=True, help="folder to write into")
-    results.add_argument("--from", dest="root", type=Path, default=RESULTS,
-                         help="results folder to render (default: benchmarks/results, all of it)")
-    results.add_argument("--no-plots", action="store_true")
+    pages_ = sub.add_parser("results", help="re-render every results page and plot from its JSON")
+    pages_.add_argument("--out", type=Path, required=True, help="folder to write into")
+    pages_.add_argument("--from", dest="root", type=Path, default=RESULTS,
+                        help="results folder to render (default: benchmarks/results, all of it)")
+    pages_.add_argument("--no-plots", action="store_true")
     args = parser.parse_args(argv)
     if args.command == "results":
         count = regenerate(args.out, root=args.root.resolve(), plots=not args.no_plots)

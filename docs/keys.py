@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import markdown_table
+from docs.render import markdown_table
 
 OTHER = "Other settings"
 

@@ -2,6 +2,8 @@
 the benchmarks write their Markdown with them (benchmarks import this module, never the reverse).
 
 - `markdown_table`: every results table;
+- `provenance` / `versions_line`: the head of every results page (the command that produced it, its
+  date, code and machine, from the result file's `command`, `date`, `code` and `machine`);
 - the robustness suite's row labels in a `suite.json`: `BASELINES` (what a Δ is taken against),
   the `FT` and `CONV` label suffixes, `baselines_of(label)` and `GRAPH_METHODS`.
 """
@@ -34,6 +36,39 @@ def markdown_table(headers: Sequence[str], align: str, rows: Iterable[Sequence[A
 
 def _table_row(cells: Sequence[Any]) -> str:
     return "|" + "|".join(" " if cell is None else f" {cell} " for cell in cells) + "|"
+
+
+# --- the head of a results page ---------------------------------------------------------------------
+def provenance(meta: dict[str, Any], title: str, machine_note: str = "") -> list[str]:
+    """The head of a results file: title, the command that produced it, date, code and machine."""
+    m = meta["machine"]
+    return [
+        title,
+        "",
+        "Produced by",
+        "",
+        "```",
+        meta["command"],
+        "```",
+        "",
+        f"- date: {meta['date']}; code: commit {meta['code'].get('commit', '?')}"
+        + (" (with local changes)" if meta["code"].get("local-changes") else "")
+        + f", fingerprint {meta['code']['code-fingerprint']}",
+        f"- machine: {m['cpu']}, {m['cores']} cores (torch threads {m['torch-threads']}), "
+        f"torch {m['torch']}, flwr {m['flwr']}, Python {m['python']}{machine_note}",
+        *versions_line(m),
+    ]
+
+
+def versions_line(machine: dict[str, Any]) -> list[str]:
+    """The libraries and CPU kernels line of a results file (absent in files written before they were
+    recorded)."""
+    if "libraries" not in machine:
+        return []
+    libraries = ", ".join(f"{name} {v}" for name, v in machine["libraries"].items())
+    kernels = machine.get("cpu-kernels", {})
+    return [f"- libraries: {libraries}; CPU kernels: {kernels.get('mode', '?')} "
+            f"(torch {kernels.get('torch-cpu-capability', '?')})"]
 
 
 # --- the robustness suite's row labels (suite.json) -------------------------------------------------

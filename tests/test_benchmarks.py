@@ -11,7 +11,7 @@ import pytest
 from benchmarks.common import markdown_table, parse_set
 from benchmarks.compare import COLUMNS, DASH, compare, format_command, main
 from server_app.run_values import parse_value
-from benchmarks.flower_speed import speed_table
+from benchmarks.studies.flower_speed import speed_table
 
 
 @pytest.mark.parametrize(
@@ -161,7 +161,7 @@ def test_speed_table_reports_medians_and_ratio():
 def test_minimal_flower_app_does_the_same_work_as_bouquet_fedavg(tmp_path):
     """Same seeds, data, model and batch order: both sides end at the same global accuracy, and
     each reports one time per round."""
-    from benchmarks.flower_speed import run_bouquet, run_config, run_flower
+    from benchmarks.studies.flower_speed import run_bouquet, run_config, run_flower
 
     base = {"dataset": "digits", "partition": "iid", "model": "mclr",
             "max-samples-per-client": 150, "finetune-epochs": 0, "eval-every": 1}
@@ -177,7 +177,7 @@ def test_minimal_flower_app_does_the_same_work_as_bouquet_fedavg(tmp_path):
 def test_deploy_methods_table_averages_each_run_and_divides_by_fedavg():
     """Seconds per round are the mean over the whole run (a round with extra exchanges counts as
     it comes), the ratio is to the mean of the fedavg runs, phases are rounds 1..R's."""
-    from benchmarks.deploy_speed import methods_table
+    from benchmarks.studies.deploy_speed import methods_table
     from server_app.harness import deploy
 
     poll = deploy.EXECUTOR_ENV["FLWR_SUPEREXEC_TASK_POLL_INTERVAL"]

@@ -47,7 +47,7 @@ METHOD_SETTINGS = {
               "fedcg.domain-stride": 2, "fedcg.sinkhorn-iters": 3},
     "fedska": {"partition": "shards"},
 }
-# Executors ask for work every 0.1 s instead of 1 s (a Flower setting; see benchmarks/deploy_speed.py).
+# Executors ask for work every 0.1 s instead of 1 s (a Flower setting; see benchmarks/studies/deploy_speed.py).
 FAST = {"FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.1"}
 
 

@@ -10,7 +10,7 @@ import torch
 from flwr.app import ArrayRecord, Context, Message, RecordDict
 from torch.nn import functional as F
 
-from benchmarks.fedcg_cost import variant_messages
+from benchmarks.studies.fedcg_cost import variant_messages
 from client_app.app import app as client_app
 from client_app.methods.fedcg import (
     SAMPLE_STREAM, domain_logits, pseudo_domains, record_fingerprint, teacher_logits,
@@ -96,7 +96,7 @@ def _arrays(reply) -> dict[str, np.ndarray]:
 
 
 def test_the_cost_benchmark_times_a_balanced_round_one_message():
-    """`benchmarks.fedcg_cost` drives the balancing queries through the client's real handler, so its
+    """`benchmarks.studies.fedcg_cost` drives the balancing queries through the client's real handler, so its
     FedCG message carries the Sinkhorn labelling (without it the timed epoch is the unbalanced one)."""
     _, messages, _ = _messages()
     assert TEACHER_LABELLING in messages["fedcg"].content

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.compare import compare
-from benchmarks.first_run import quick_start, stop_local_superlink
+from benchmarks.studies.first_run import quick_start, stop_local_superlink
 from strategies.shared.run_config import RunConfig
 from benchmarks.common import RESULTS_DIR
 from benchmarks.reference import package_reference

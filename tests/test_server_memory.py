@@ -1,8 +1,8 @@
-"""The server-memory benchmark's arithmetic (benchmarks/server_memory.py)."""
+"""The server-memory benchmark's arithmetic (benchmarks/studies/server_memory.py)."""
 
 import pytest
 
-from benchmarks.server_memory import limit, status_bytes
+from benchmarks.studies.server_memory import limit, status_bytes
 
 
 def test_the_budget_is_reached_where_the_fitted_curve_crosses_it():

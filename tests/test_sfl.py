@@ -594,7 +594,8 @@ def test_the_sfl_page_documents_every_sfl_key():
 
 
 def test_scale_benchmark_measures_every_plan_and_skips_the_hopeless_ones():
-    from benchmarks.sfl_scale import calibration, measure
+    from benchmarks.studies.sfl_scale import measure
+    from docs.results.studies import calibration
 
     rows = measure([60], [300], hops=(2,), k=3, reps=1, skip_above=2.5, log=lambda _: None)
     assert len(rows) == 8  # 2 graphs × 4 plans

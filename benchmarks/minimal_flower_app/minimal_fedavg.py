@@ -3,7 +3,7 @@ data (scikit-learn's bundled 8x8 digits upsampled to 28x28), as a Flower user wo
 
 The same model (two conv5x5 + pool stages, Linear 128, Linear 10), data, per-client sample count and
 local training (1 epoch of minibatch SGD, `torch.optim.SGD`) as Bouquet's `fedavg` with
-`dataset=digits model=cnn partition=iid` in benchmarks/deploy_speed.py. It imports nothing from
+`dataset=digits model=cnn partition=iid` in benchmarks/studies/deploy_speed.py. It imports nothing from
 Bouquet. The ServerApp writes the wall-clock start of each round and the end of the last one to
 `timings-file` (JSON).
 """

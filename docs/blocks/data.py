@@ -6,7 +6,7 @@ committed file it came from:
 
 - `compare(name)`: a `benchmarks.compare` results JSON (`summaries` per method);
 - `suite(folder)`: a `benchmarks.suite` `suite.json` (one row per setting, ρ, seed and method);
-- `raw(path)`: any other results JSON as a dict (`benchmarks.sfl_scale`, `fedcg_domains`, ...);
+- `raw(path)`: any other results JSON as a dict (`benchmarks.studies.sfl_scale`, `fedcg_domains`, ...);
 - `markdown_run(path)`: the table of a `benchmarks.compare` run whose JSON was never committed
   (the diagnosis runs of the robustness suite): the committed Markdown is the only record, and
   the page says so (`JSON_LESS`).

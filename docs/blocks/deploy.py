@@ -37,7 +37,7 @@ def _runs(data: dict, poll: str | None = None) -> list[dict]:
 
 def _methods(data: dict) -> list[tuple[str, float, float, list[int], int]]:
     """(method, mean s/round, ratio to fedavg, phases of rounds 1..R, rounds) as
-    `benchmarks.deploy_speed.methods_table` computes them."""
+    `benchmarks.studies.deploy_speed.methods_table` computes them."""
     runs = [r for r in data["rows"] if r["side"].startswith(BOUQUET)]
     fedavg = [statistics.mean(r["seconds"]) for r in runs if r["side"] == BOUQUET + "fedavg"]
     base = statistics.mean(fedavg)
@@ -65,7 +65,7 @@ def cost_methods(prefix: str) -> str:
     rounds = sorted({r[4] for r in rows})
     job = data["job"]
     per_round = ", ".join(f"{m} {n}" for m, *_, n in rows if n != rows[0][4])
-    head = (f"`benchmarks/deploy_speed.py`: one loopback deployment (SuperLink and 3 SuperNodes, TLS "
+    head = (f"`benchmarks/studies/deploy_speed.py`: one loopback deployment (SuperLink and 3 SuperNodes, TLS "
             f"and SuperNode authentication), {job['dataset']}, {job['model']}, "
             f"{job['max-samples-per-client']} samples per client, {job['local-epochs']} local epoch, each "
             "method with the benchmark's `METHOD_SETTINGS` (small but complete settings for 3 "

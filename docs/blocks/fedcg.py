@@ -1,4 +1,4 @@
-"""docs/methods/fedcg.md: the held-out-test-client runs of `benchmarks.fedcg_domains`, the domain
+"""docs/methods/fedcg.md: the held-out-test-client runs of `benchmarks.studies.fedcg_domains`, the domain
 discovery loop, the classifier ceiling and the client cost."""
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ K2, K1, ROT = "fedcg-styles-k2-b16", "fedcg-styles-k1-defaults", "fedcg-rotated-
 
 
 class Runs:
-    """The rows of a committed `benchmarks.fedcg_domains` results JSON, measured the way its
-    page measures them (`benchmarks.fedcg_domains.measures`)."""
+    """The rows of a committed `benchmarks.studies.fedcg_domains` results JSON, measured the way its
+    page measures them (`docs.results.studies.measures`)."""
 
     def __init__(self, *names: str, rename: dict[str, dict[str, str]] | None = None) -> None:
         """`rename`: per results name, variants to show under another name (two files that ran a
         variant of the same name with different settings)."""
-        from benchmarks.fedcg_domains import measures
+        from docs.results.studies import measures
 
         self.rows: list[dict[str, Any]] = []
         for name in names:

@@ -230,7 +230,7 @@ def scale(prefix: str) -> str:
     ward = agg["flt (Ward clusters)"]
     ratio = lambda part: times(part["all clients trained"]["ratio-to-fedavg"], 2 if part is ward else 1)  # noqa: E731
     return (
-        "`python -m benchmarks.flt_scale` measures FCR's server side and the aggregation for "
+        "`python -m benchmarks.studies.flt_scale` measures FCR's server side and the aggregation for "
         f"{agg['clients']:,} clients (`benchmarks/results/flt-scale.md`): with the threshold graph "
         f"({thr['distinct-rows']:,} distinct rows) the planned sums take {thr['row-axpys']:,} "
         f"row-axpys instead of {thr['row-axpys-one-product-per-row']:,}, one step {ratio(thr)} a "
@@ -242,7 +242,7 @@ STRUCTURE_RUNS = (("iid", "iid"), ("dirichlet1", "Dirichlet α = 1"), ("label-cl
 
 
 def _contrasts(structure: str) -> list[float | None]:
-    """Every contrast `benchmarks.flt_structure` measured on settings of one structure kind (None:
+    """Every contrast `benchmarks.studies.flt_structure` measured on settings of one structure kind (None:
     the threshold linked no pair)."""
     return [r["contrast"] for row in raw("flt-structure")["rows"] for r in row["seeds"]
             if row["structure"] == structure]

@@ -226,6 +226,6 @@ def scale(prefix: str) -> str:
                    "kNN G multiply-adds/s (L = 1 / 3)"), out)
             + "\n\n" + f"×mean = the `auto` plan's propagation time over the plain mean of the "
             "same V. The least a per-client aggregation can cost, copying V into a mapped U "
-            f"(`benchmarks/aggregation_floor.py`), is {times(big['copy'] / big['mean'])} the mean "
+            f"(`benchmarks/studies/aggregation_floor.py`), is {times(big['copy'] / big['mean'])} the mean "
             "at N = 1000, P = 10⁶. Torch's sparse CSR product, used before the compiled kernel, "
             f"was slower: {NOT_RECORDED}.")

@@ -1,5 +1,5 @@
 """docs/benchmarks.md, Timings: `flwr run` speed of Bouquet against Flower's minimal app and in process
-(`benchmarks/flwr_run_speed.py`)."""
+(`benchmarks/studies/flwr_run_speed.py`)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Exactly the command lines of `server_app.harness.deploy` (those of the README and docker/compose.yml), each
 process with its own FLWR_HOME as if on its own machine, on free ports. Every process is started in
 its own session and stopped by the PID it was started with (its executor's app processes follow).
-Used by the deployment tests and benchmarks/deploy_speed.py.
+Used by the deployment tests and benchmarks/studies/deploy_speed.py.
 """
 
 from __future__ import annotations

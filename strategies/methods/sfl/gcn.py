@@ -37,7 +37,7 @@ class GCNPropagation:
     rows-first = L products Â·X, then the α mix. Each with a dense (BLAS) or a sparse
     (`strategies.methods.sfl.spmm`, CSR) kernel. `auto` takes the plan of least modelled cost, in dense
     multiply-adds per column of V: dense N² per product, sparse `SPARSE_COST_PER_NONZERO`·nnz
-    (measured by benchmarks/sfl_scale.py).
+    (measured by benchmarks/studies/sfl_scale.py).
     So a dense graph goes graph-first/dense (one GEMM instead of L), a kNN graph rows-first/sparse
     (L·nnz(Â) < nnz(Â^L) once neighbourhoods overlap), and a graph whose Â^L stays sparse
     graph-first/sparse. V is processed in blocks of columns, all hops of a block at once, so a block

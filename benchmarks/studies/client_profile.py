@@ -1,9 +1,11 @@
-"""What one deployed message costs inside the ClientApp process, stage by stage.
+"""Where does one deployed message's time go inside a fresh ClientApp process, stage by stage?
 
-    python -m benchmarks.client_profile --name client-profile [--repeats 5] [--method fedavg]
+What one deployed message costs inside the ClientApp process, stage by stage.
+
+    python -m benchmarks.studies.client_profile --name client-profile [--repeats 5] [--method fedavg]
 
 Deployed, every message runs in a fresh `flwr-clientapp` process. This starts that many fresh
-interpreters, each handling one `train` message of the deploy benchmark's job (`benchmarks.deploy_speed`
+interpreters, each handling one `train` message of the deploy benchmark's job (`benchmarks.studies.deploy_speed`
 JOB: digits, cnn, 100 samples per client, 1 local epoch) as the process would, and times its stages:
 interpreter start, Flower's ClientApp entry point imports (`flwr.supernode.cli`), `import torch`,
 Bouquet's ClientApp imports beyond torch (`client_app.app`), the run config and the client's data
@@ -25,7 +27,7 @@ from pathlib import Path
 
 from benchmarks.common import benchmark_parser, code_version, machine_facts, markdown_table
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parent.parent.parent
 RESULTS = REPO / "benchmarks" / "results"
 
 # One train message, handled as a fresh flwr-clientapp process would; prints the stage times (s).
@@ -94,9 +96,9 @@ def stage_table(rows: list[tuple[str, list[float], str]], wall: float) -> list[s
 
 
 def main() -> None:
-    from benchmarks.deploy_speed import JOB
+    from benchmarks.studies.deploy_speed import JOB
 
-    parser = benchmark_parser("client_profile", __doc__)
+    parser = benchmark_parser("studies.client_profile", __doc__)
     parser.add_argument("--name", default="client-profile")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--method", default="fedavg")
@@ -113,7 +115,7 @@ def main() -> None:
     rows += [(name, value, owner.get(name, "—")) for name, value in stages.items()]
     machine = machine_facts()
     lines = ["# One deployed message inside the ClientApp process", "",
-             f"Command: `python -m benchmarks.client_profile {' '.join(sys.argv[1:])}`  ",
+             f"Command: `python -m benchmarks.studies.client_profile {' '.join(sys.argv[1:])}`  ",
              f"flwr {machine['flwr']}, torch {machine['torch']}; {machine['cpu']}, {machine['cores']} "
              f"cores shared with other jobs (load average {os.getloadavg()[0]:.1f} at the end: the wall "
              f"times wait for a core, the CPU times do not); medians over {args.repeats} fresh "
@@ -125,7 +127,7 @@ def main() -> None:
     (RESULTS / f"{args.name}.json").write_text(json.dumps(
         {"stages": stages, "interpreter-start": starts, "runs": [r for r, _ in runs],
          "walls": [w for _, w in runs], "job": job, "machine": machine, "code": code_version(),
-         "command": "python -m benchmarks.client_profile " + " ".join(sys.argv[1:])}, indent=2) + "\n")
+         "command": "python -m benchmarks.studies.client_profile " + " ".join(sys.argv[1:])}, indent=2) + "\n")
     print("\n".join(lines))
 
 

@@ -1,12 +1,14 @@
-"""FedCG's domain discovery alone: the teacher/student loop without the main model, in seconds.
+"""How well does FedCG's teacher/student loop discover the domains on its own, and which settings change that?
 
-    python -m benchmarks.fedcg_discovery --seeds 0,1,2 --set domain-family=styles \
+FedCG's domain discovery alone: the teacher/student loop without the main model, in seconds.
+
+    python -m benchmarks.studies.fedcg_discovery --seeds 0,1,2 --set domain-family=styles \
         --set domains-per-client=2 --set domain-unseen-styles=blurred --set num-rounds=30 \
         --set fraction-train=0.25 --set local-epochs=2 \
         --variant lr-0.05:fedcg.domain-lr=0.05 --variant lr-0.2:fedcg.domain-lr=0.2 --name fedcg-discovery
 
 The discovered domains depend only on the domain classifiers: the student learns the teacher's
-pseudo-domains and never sees the main FedCG model, so a run of `benchmarks.fedcg_domains` spends
+pseudo-domains and never sees the main FedCG model, so a run of `benchmarks.studies.fedcg_domains` spends
 most of its time on a model that does not change its NMI. This script runs that loop with the
 project's own pieces — the `domains` partition (`datasets.federated.load_client_data`), the domain
 classifier and its seeded initialisation as in `strategies.methods.fedcg.server` (`models.fedcg.DomainClassifier`),
@@ -37,12 +39,11 @@ from benchmarks.common import (
     code_version,
     log_progress,
     machine_facts,
-    markdown_table,
     parse_set,
-    provenance,
     set_threads,
 )
-from benchmarks.fedcg_domains import DEFAULTS, variant_table
+from docs.results.studies import fedcg_discovery as markdown
+from benchmarks.studies.fedcg_domains import DEFAULTS
 
 log = logging.getLogger("bouquet.benchmarks")
 
@@ -137,42 +138,11 @@ def discover(cfg: Any) -> dict[str, Any]:
             "curve": curve, "seconds": time.perf_counter() - started}
 
 
-COLUMNS = [("nmi-test", "NMI student, test images (final)", 3),
-           ("nmi-test-last-5", "NMI student, test (mean of last 5 rounds)", 3),
-           ("nmi-labels", "NMI last pseudo-labels (train)", 3), ("largest-labels", "largest domain (labels)", 2),
-           ("largest-test", "largest domain (test student)", 2), ("seconds", "seconds", 0)]
-
-
-def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
-    s = meta["settings"]
-    lines = [*provenance(meta, f"# {meta['name']}"), ""]
-    lines += [
-        f"- data: {s['dataset']} `domains`, family {s['domain-family']}, {s['domains-per-client']} domain(s) "
-        f"per train client, {s['num-clients']} clients ({s['max-samples-per-client']} images each, "
-        f"{s['domain-test-clients']} held out as test clients); {s['num-rounds']} rounds, fraction-train "
-        f"{s['fraction-train']}, {s['local-epochs']} local epoch(s), batch {s['batch-size']}; seeds "
-        f"{', '.join(str(x) for x in meta['seeds'])}",
-        "- FedCG settings before each variant's overrides: "
-        + ", ".join(f"{k}={v}" for k, v in sorted(s.items()) if k.startswith("fedcg.")),
-        "- variants: " + "; ".join(f"`{name}` = {overrides or 'the settings above'}"
-                                   for name, overrides in meta["variants"].items()),
-        "",
-        f"Mean ± sd over {len(meta['seeds'])} seed(s):",
-        "",
-    ]
-    lines += variant_table(list(meta["variants"]), rows, COLUMNS)
-    lines += ["", "Every run:", "",
-              *markdown_table(["variant", "seed", "NMI test (final)", "NMI labels", "test histogram"],
-                              "lrrrl", [(r["variant"], r["seed"], f"{r['nmi-test']:.3f}",
-                                         f"{r['nmi-labels']:.3f}", r["test-histogram"]) for r in rows])]
-    return "\n".join(lines) + "\n"
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = benchmark_parser("fedcg_discovery", __doc__)
+    parser = benchmark_parser("studies.fedcg_discovery", __doc__)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="settings of every variant (on top of benchmarks.fedcg_domains' DEFAULTS)")
+                        help="settings of every variant (on top of benchmarks.studies.fedcg_domains' DEFAULTS)")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE[,KEY=VALUE]",
                         help="a named variant with its overrides (none given: one run of the settings)")
     parser.add_argument("--seeds", default="0")
@@ -197,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                      row["nmi-labels"], row["seconds"])
             rows.append(row)
     settings = RunConfig.from_flower({**default_run_config(), **common}).flat()
-    meta = {"name": args.name, "command": "python -m benchmarks.fedcg_discovery " + shlex.join(argv),
+    meta = {"name": args.name, "command": "python -m benchmarks.studies.fedcg_discovery " + shlex.join(argv),
             "date": started.strftime("%Y-%m-%d %H:%M UTC"), "machine": machine_facts(),
             "code": code_version(), "settings": settings, "variants": variants, "seeds": seeds}
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,8 @@
-"""FLT's client graph under different threshold rules, on one Form Client Relatedness per setting.
+"""Which threshold rule gives FLT a client graph whose edges stay inside the true groups?
 
-    python -m benchmarks.flt_thresholds
+FLT's client graph under different threshold rules, on one Form Client Relatedness per setting.
+
+    python -m benchmarks.studies.flt_thresholds
 
 Each setting runs FLT for one round (the autoencoder round and FCR come before it), and the distance
 matrix A that FCR formed is cut by each rule: the paper's γ = 1 in UMAP units (`flt.threshold=absolute`),
@@ -30,10 +32,9 @@ from benchmarks.common import (
     benchmark_parser,
     code_version,
     machine_facts,
-    markdown_table,
-    provenance,
     set_threads,
 )
+from docs.results.studies import flt_thresholds as markdown
 from benchmarks.suite import data_budget
 
 SUITE = data_budget()  # the robustness suite's clients and training
@@ -92,32 +93,9 @@ def measure(name: str, overrides: dict[str, Any], workdir: Path) -> dict[str, An
     return row
 
 
-def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
-    rules = list(rows[0]["rules"])
-    lines = [*provenance(meta, f"# {meta['name']}: FLT's client graph under each threshold rule"), "",
-             "One FLT round per setting (defaults otherwise); the same distance matrix A cut by each "
-             "rule. Median A: the median client-pair distance (UMAP units). Cells: edges per client / share of them inside the true structure (— = no edge). "
-             "Truth: same true cluster, or the label-histogram cosine where the partition has no "
-             "clusters. Last column: the largest distance inside a true cluster and the smallest "
-             "across, as fractions of the median pair distance.", ""]
-    table = []
-    for row in rows:
-        cells = []
-        for rule in rules:
-            r = row["rules"][rule]
-            share = "—" if r["share-inside"] is None else f"{r['share-inside']:.2f}"
-            cells.append(f"{r['edges-per-client']:.1f} / {share}")
-        spread = (f"{row['inside-max']:.2f} / {row['across-min']:.2f}" if "inside-max" in row
-                  else "")
-        table.append([row["setting"], row["truth"], f"{row['median']:.2f}", *cells, spread])
-    lines += markdown_table(["setting", "truth", "median A", *rules, "inside max / across min"],
-                            "llr" + "r" * len(rules) + "r", table)
-    return "\n".join(lines) + "\n"
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = benchmark_parser("flt_thresholds", __doc__)
+    parser = benchmark_parser("studies.flt_thresholds", __doc__)
     parser.add_argument("--name", default="flt-thresholds")
     parser.add_argument("--results-dir", default=str(RESULTS_DIR))
     args = parser.parse_args(argv)
@@ -127,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for i, (name, overrides) in enumerate(SETTINGS.items()):
             rows.append(measure(name, overrides, Path(tmp) / str(i)))
-    meta = {"name": args.name, "command": "python -m benchmarks.flt_thresholds " + shlex.join(argv),
+    meta = {"name": args.name, "command": "python -m benchmarks.studies.flt_thresholds " + shlex.join(argv),
             "date": started.strftime("%Y-%m-%d %H:%M UTC"), "machine": machine_facts(),
             "code": code_version()}
     out = Path(args.results_dir)

@@ -1,6 +1,8 @@
-"""The supervised ceiling of FedCG's domain classifier: how well each pooling can tell the domains apart.
+"""How well can FedCG's domain classifier tell the domains apart when it is told them (each pooling's supervised ceiling)?
 
-    python -m benchmarks.fedcg_ceiling --families rotations,styles --pools global,avg2,flatten \
+The supervised ceiling of FedCG's domain classifier: how well each pooling can tell the domains apart.
+
+    python -m benchmarks.studies.fedcg_ceiling --families rotations,styles --pools global,avg2,flatten \
         --set fedcg.domain-stride=2 --name fedcg-classifier-ceiling
 
 FedCG discovers domains without labels; no clustering can separate domains that its domain
@@ -9,7 +11,7 @@ family and each `fedcg.classifier-pool`, this trains the domain classifier (the 
 teacher / student, `models.fedcg.DomainClassifier`) centrally and supervised on the true domain of
 every training image of the benchmark's partition (the train clients' images, pooled), and reports
 its accuracy and NMI (argmax against the true domain) on the held-out test clients' images of the
-seen domains. Same data settings as `benchmarks.fedcg_domains` (its DEFAULTS plus `--set`). Writes
+seen domains. Same data settings as `benchmarks.studies.fedcg_domains` (its DEFAULTS plus `--set`). Writes
 `benchmarks/results/<name>.{md,json}`.
 """
 
@@ -30,12 +32,11 @@ from benchmarks.common import (
     code_version,
     log_progress,
     machine_facts,
-    markdown_table,
     parse_set,
-    provenance,
     set_threads,
 )
-from benchmarks.fedcg_domains import DEFAULTS
+from docs.results.studies import fedcg_ceiling as markdown
+from benchmarks.studies.fedcg_domains import DEFAULTS
 
 log = logging.getLogger("bouquet.benchmarks")
 
@@ -87,28 +88,9 @@ def supervised_ceiling(cfg: Any, pool: str, epochs: int, lr: float, seed: int) -
             "seconds": time.perf_counter() - started}
 
 
-def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
-    lines = [*provenance(meta, f"# {meta['name']}"), ""]
-    s = meta["settings"]
-    lines += [
-        f"- data: {s['dataset']} `domains` partition, {s['num-clients']} clients ({s['max-samples-per-client']} "
-        f"images each), {s['domain-test-clients']} of them held out as test clients; the classifier "
-        f"trains on every train client's images with their true domains ({meta['epochs']} epochs of Adam, "
-        f"lr {meta['lr']}, batch 32, domain-classifier stride {s['fedcg.domain-stride']}), and is "
-        "tested on the test clients' images of the seen domains.",
-        "",
-        *markdown_table(["family", "domains", "pooling", "accuracy (%)", "NMI", "train / test images"],
-                        "lllrrr",
-                        [(row["family"], row["domains"], row["pool"], f"{row['accuracy']:.1f}",
-                          f"{row['nmi']:.3f}", f"{row['train-images']} / {row['test-images']}")
-                         for row in rows]),
-    ]
-    return "\n".join(lines) + "\n"
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = benchmark_parser("fedcg_ceiling", __doc__)
+    parser = benchmark_parser("studies.fedcg_ceiling", __doc__)
     parser.add_argument("--families", default="rotations,styles")
     parser.add_argument("--pools", default="global,avg2,flatten")
     parser.add_argument("--epochs", type=int, default=5)
@@ -133,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.info("%s %s: accuracy %.1f %%, NMI %.3f (%.0f s)", family, pool, row["accuracy"],
                      row["nmi"], row["seconds"])
             rows.append(row)
-    meta = {"name": args.name, "command": "python -m benchmarks.fedcg_ceiling " + shlex.join(argv),
+    meta = {"name": args.name, "command": "python -m benchmarks.studies.fedcg_ceiling " + shlex.join(argv),
             "date": started.strftime("%Y-%m-%d %H:%M UTC"), "machine": machine_facts(),
             "code": code_version(), "settings": {k: v for k, v in cfg.flat().items()},
             "epochs": args.epochs, "lr": args.lr}

@@ -1,6 +1,8 @@
-"""Server aggregation time of SFL at scale, as a ratio to the plain mean of the same matrix.
+"""How long does SFL's server aggregation take at scale, as a multiple of the plain mean of the same matrix?
 
-    python -m benchmarks.sfl_scale --clients 100,1000 --params 1e5,1e6 --name sfl-scale
+Server aggregation time of SFL at scale, as a ratio to the plain mean of the same matrix.
+
+    python -m benchmarks.studies.sfl_scale --clients 100,1000 --params 1e5,1e6 --name sfl-scale
 
 For N clients × P parameters (float32 V [N, P], one process, medians of `--reps`): the plain mean
 V.mean(0) (FedAvg's server step, unweighted) against SFL's propagation U = α·Â^L·V + (1−α)·V
@@ -32,12 +34,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.common import benchmark_parser, log_progress, markdown_table, progress
-from strategies.methods.sfl import spmm
-from strategies.methods.sfl.gcn import DENSE_COLUMN_BLOCK, SPARSE_COST_PER_NONZERO, GCNPropagation
+from benchmarks.common import benchmark_parser, log_progress, progress
+from docs.results.studies import sfl_scale as markdown
+from strategies.methods.sfl.gcn import GCNPropagation
 from strategies.shared.graph import knn_graph, row_normalize
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parent.parent.parent
 RESULTS_DIR = REPO / "benchmarks" / "results"
 PLANS: tuple[tuple[str, bool], ...] = (
     ("graph-first", False), ("graph-first", True), ("rows-first", False), ("rows-first", True))
@@ -129,90 +131,9 @@ def _measure_case(n: int, p: int, hops: int, *, alpha: float, k: int, reps: int,
     return rows
 
 
-def calibration(rows: list[dict[str, Any]]) -> float | None:
-    """Measured cost of a sparse multiply-add in dense ones (the cost model's constant): median over
-    (N, P, graph) of [sparse s / (nnz·steps·P)] / [dense s / (N²·steps·P)] for matching orders."""
-    ratios = []
-    for r in rows:
-        if r.get("skipped") or not r["plan"].endswith("/sparse"):
-            continue
-        dense = next((d for d in rows if d["clients"] == r["clients"] and d["params"] == r["params"]
-                      and d["hops"] == r["hops"] and d["graph"] == r["graph"]
-                      and not d.get("skipped")
-                      and d["plan"] == r["plan"].replace("sparse", "dense")), None)
-        if dense is None:
-            continue
-        nnz = r["nnz-operator-per-row"] if r["plan"].startswith("graph") else r["nnz-per-row"]
-        ratios.append((r["seconds"] / (nnz * r["clients"])) / (dense["seconds"] / r["clients"] ** 2))
-    return statistics.median(ratios) if ratios else None
-
-
-def work_notes(rows: list[dict[str, Any]]) -> list[str]:
-    """Why the ratio is what it is: multiply-adds per element of V of each sparse plan `auto` chose
-    (L·nnz(Â)/row rows-first, nnz(W)/row graph-first) against the mean's one add, and the rate."""
-    notes = []
-    for r in rows:
-        if not r["auto"] or not r["plan"].endswith("/sparse") or r.get("skipped"):
-            continue
-        per_element = (r["hops"] * r["nnz-per-row"] if r["plan"].startswith("rows")
-                       else r["nnz-operator-per-row"])
-        rate = per_element * r["clients"] * r["params"] / r["seconds"] / 1e9
-        notes.append(
-            f"- N={r['clients']}, P={r['params']:.0e}, L={r['hops']}, {r['graph']}: "
-            f"`auto` = {r['plan']}, "
-            f"{per_element:.0f} multiply-adds per element of V (the mean: 1 add) at {rate:.1f} G/s "
-            f"→ {r['ratio']:.1f}× the mean.")
-    return notes
-
-
-def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
-    from benchmarks.common import provenance
-
-    lines = [
-        *provenance(meta, f"# {meta['name']}: SFL server aggregation vs the plain mean"),
-        f"- setting: float32 V [N, P]; U = α·Â^L·V + (1−α)·V with L ∈ {{{meta['hops']}}}, "
-        f"α = {meta['alpha']}; graphs `dense` (uniform random weights, all pairs) and "
-        f"`knn-{meta['k']}` ({meta['k']} nearest of random points in the plane + self-loop); "
-        f"medians of up to {meta['reps']} runs (1 run when slower than {meta['slow']} s); torch "
-        f"threads {meta['threads']}; cost-model constant SPARSE_COST_PER_NONZERO = "
-        f"{SPARSE_COST_PER_NONZERO:g}; column blocks of ~{spmm.BLOCK_BYTES // 1024} KiB "
-        f"(sparse kernel `strategies.methods.sfl.spmm`: {spmm.block_columns(1000)} columns at N = 1000) / "
-        f"{DENSE_COLUMN_BLOCK} columns (dense); U written into one preallocated matrix",
-        "",
-        "**×mean** = propagation seconds / seconds of `V.mean(0)` on the same V (FedAvg's server "
-        "step); **step ×mean** adds SFL's read-out w = mean(U). **nnz/row**: Â, and the operator "
-        "W = α·Â^L + (1−α)·I that graph-first multiplies with. ✔ = the plan `auto` chooses; "
-        "\"skipped\" = modelled cost over the skip limit (shown as a multiple of the cheapest plan).",
-        "",
-    ]
-    table = []
-    for r in rows:
-        if r.get("skipped"):
-            cells = ["—", f"skipped ({r['modelled-cost']:.1f}×)", "—", "—"]
-        else:
-            cells = [f"{r['build-seconds']:.3f}", f"{r['seconds']:.3f}", f"**{r['ratio']:.1f}**",
-                     f"{r['step-ratio']:.1f}"]
-        table.append([r["clients"], f"{r['params']:.0e}", r["hops"], r["graph"], f"{r['nnz-per-row']:.0f}",
-                      f"{r['nnz-operator-per-row']:.0f}", r["plan"], "✔" if r["auto"] else "", *cells])
-    lines += markdown_table(["N", "P", "L", "graph", "nnz/row Â", "nnz/row W", "plan", "auto", "build s",
-                             "seconds", "×mean", "step ×mean"], "rrrlrrlcrrrr", table)
-    means = sorted({(r["clients"], r["params"], r["hops"], r["mean-seconds"],
-                     r["weighted-mean-seconds"]) for r in rows})
-    lines += ["", "Plain mean `V.mean(0)` / example-weighted mean `(w/Σw) @ V` (seconds, measured "
-              "again before each L): " + "; ".join(f"N={n}, P={p:.0e}, L={h}: {m:.3f} / {wm:.3f}"
-                                                  for n, p, h, m, wm in means)]
-    lines += ["", *work_notes(rows)]
-    measured = calibration(rows)
-    if measured is not None:
-        lines.append(f"\nMeasured cost of a sparse multiply-add, in dense ones (median over cases): "
-                     f"{measured:.1f} (the cost model uses {SPARSE_COST_PER_NONZERO:g}).")
-    lines += ["", *meta.get("notes", []), ""]
-    return "\n".join(lines)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = benchmark_parser("sfl_scale", __doc__)
+    parser = benchmark_parser("studies.sfl_scale", __doc__)
     parser.add_argument("--clients", default="100,1000")
     parser.add_argument("--params", default="1e5,1e6")
     parser.add_argument("--hops", default="3", help="comma-separated numbers of hops L")
@@ -237,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = measure(clients, params, hops=hops, alpha=args.alpha, k=args.k, reps=args.reps,
                    slow=args.slow, skip_above=args.skip_above)
     meta = {
-        "name": args.name, "command": "python -m benchmarks.sfl_scale " + shlex.join(argv),
+        "name": args.name, "command": "python -m benchmarks.studies.sfl_scale " + shlex.join(argv),
         "date": started.strftime("%Y-%m-%d %H:%M UTC"), "machine": machine_facts(),
         "code": code_version(), "hops": args.hops, "alpha": args.alpha, "k": args.k,
         "reps": args.reps, "slow": args.slow, "threads": torch.get_num_threads(),

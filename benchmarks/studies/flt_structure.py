@@ -1,15 +1,18 @@
-"""FLT's structure check across partitions, client counts and seeds: does the thresholded graph's
+"""Does the thresholded graph's contrast tell data with client groups from data without, across partitions, client counts and seeds?
+
+FLT's structure check across partitions, client counts and seeds: does the thresholded graph's
 contrast (`strategies.methods.flt.relatedness.structure_contrast`) tell data with client groups from
 data without?
 
-    python -m benchmarks.flt_structure [--seeds 0 1 2]
+    python -m benchmarks.studies.flt_structure [--seeds 0 1 2]
 
 Each setting runs FLT for one round (the autoencoder round and Form Client Relatedness come before
 it) with `flt.no-structure=keep`, so the thresholded graph is what FLT would use without the check.
 Per setting and seed: the edges per client, their share inside the true structure
 (`strategies.shared.graph.structure_share`: the same true cluster where the partition has clusters,
 else the label-histogram cosine of the linked clients), the contrast (the edges' median distance
-between latent centroid sets over the non-edges'), and what `flt.min-contrast` (the shipped value)
+between latent centroid sets over the non-edges'), and what the earlier rule, a contrast below
+`flt.min-contrast` 0.3 (replaced by FLT's structure test, `flt.structure-confidence`),
 decides. Writes `benchmarks/results/<name>.{md,json}`.
 """
 
@@ -31,10 +34,9 @@ from benchmarks.common import (
     benchmark_parser,
     code_version,
     machine_facts,
-    markdown_table,
-    provenance,
     set_threads,
 )
+from docs.results.studies import flt_structure as markdown
 from benchmarks.suite import data_budget
 
 SUITE = data_budget()  # the robustness suite's clients and training
@@ -86,41 +88,14 @@ def measure(overrides: dict[str, Any], seed: int, workdir: Path) -> dict[str, An
             "contrast": flt.get("structure-contrast")}
 
 
-def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
-    threshold = meta["min-contrast"]
-    lines = [*provenance(meta, f"# {meta['name']}: FLT's structure check"), "",
-             "One FLT round per setting and seed, `flt.no-structure=keep` (the thresholded graph, "
-             "relative γ = 0.05 × median). Contrast: the median latent set distance of the graph's "
-             "edges over that of its non-edges (— = no edge). Share inside: the edges' share inside "
-             "the true structure (same cluster; label-histogram cosine without clusters). Decision "
-             f"at `flt.min-contrast` = {threshold:g}: *graph* (contrast below it) or *complete* "
-             "(FedAvg's neighbourhood).", ""]
-    table = []
-    for row in rows:
-        contrasts = [r["contrast"] for r in row["seeds"]]
-        shares = [r["share-inside"] for r in row["seeds"]]
-        decisions = ["graph" if c is not None and c < threshold else "complete" for c in contrasts]
-        table.append([
-            row["setting"], row["structure"],
-            " / ".join(f"{r['edges-per-client']:.1f}" for r in row["seeds"]),
-            " / ".join("—" if s is None else f"{s:.2f}" for s in shares),
-            " / ".join("—" if c is None else f"{c:.2f}" for c in contrasts),
-            " / ".join(decisions),
-        ])
-    lines += markdown_table(["setting", "structure", "edges per client (per seed)",
-                             "share inside", "contrast", "decision"], "llrrrl", table)
-    return "\n".join(lines) + "\n"
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = benchmark_parser("flt_structure", __doc__)
+    parser = benchmark_parser("studies.flt_structure", __doc__)
     parser.add_argument("--name", default="flt-structure")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--only", nargs="*", default=None, help="settings whose name starts so")
     parser.add_argument("--results-dir", default=str(RESULTS_DIR))
     args = parser.parse_args(argv)
-    from strategies.methods.flt.settings import FLTSection
 
     set_threads(1)
     started = datetime.now(timezone.utc)
@@ -133,9 +108,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows.append({"setting": name, "overrides": overrides, "structure": structure,
                          "seeds": seeds})
             print(name, [(r["contrast"], r["share-inside"]) for r in seeds], flush=True)
-    meta = {"name": args.name, "command": "python -m benchmarks.flt_structure " + shlex.join(argv),
+    meta = {"name": args.name, "command": "python -m benchmarks.studies.flt_structure " + shlex.join(argv),
             "date": started.strftime("%Y-%m-%d %H:%M UTC"), "machine": machine_facts(),
-            "code": code_version(), "min-contrast": FLTSection().min_contrast}
+            "code": code_version(), "min-contrast": 0.3}
     out = Path(args.results_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{args.name}.md").write_text(markdown(meta, rows))

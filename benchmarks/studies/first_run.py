@@ -1,7 +1,9 @@
-"""A new user's first minutes, timed: the README quick start's install in a fresh virtual environment,
+"""How long are a new user's first minutes: the README quick start's install and its first runs?
+
+A new user's first minutes, timed: the README quick start's install in a fresh virtual environment,
 then its main command twice, in a copy of the committed tree with a private FLWR_HOME.
 
-    python -m benchmarks.first_run
+    python -m benchmarks.studies.first_run
 
 Copies `git archive HEAD` to a temporary folder, creates `python -m venv`, runs the quick start's
 install command there, then its main command (`flwr run . --stream`) twice from the copy with that
@@ -34,10 +36,9 @@ from benchmarks.common import (
     benchmark_parser,
     code_version,
     machine_facts,
-    markdown_table,
     progress,
-    provenance,
 )
+from docs.results.studies import first_run as markdown
 
 
 def quick_start() -> dict[str, str]:
@@ -123,23 +124,9 @@ def measure(workdir: Path, reuse_venv: Path | None) -> dict[str, Any]:
     return {"commands": commands, "steps": steps}
 
 
-def markdown(meta: dict[str, Any], result: dict[str, Any]) -> str:
-    lines = [*provenance(meta, f"# {meta['name']}"), "",
-             "The README quick start's commands, timed on this machine (no GPU used). Load = the "
-             "1-minute load average before → after the step: other jobs shared the 2 cores, so an idle "
-             "machine is faster.", "",
-             *markdown_table(
-                 ["step", "command", "wall time (s)", "load", "exit", "personalized mean (%)"], "llrlrr",
-                 [(step, f"`{row['command']}`", f"{row['seconds']:.1f}",
-                   f"{row['load-before']:.1f} → {row['load-after']:.1f}", f"{row['rc']}",
-                   "" if row.get("personalized-mean") is None else f"{row['personalized-mean']:.2f}")
-                  for step, row in result["steps"].items()])]
-    return "\n".join(lines) + "\n"
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = benchmark_parser("first_run", __doc__)
+    parser = benchmark_parser("studies.first_run", __doc__)
     parser.add_argument("--name", default="first-run")
     parser.add_argument("--results-dir", default=str(RESULTS_DIR))
     parser.add_argument("--reuse-venv", type=Path, default=None,
@@ -156,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         with tempfile.TemporaryDirectory(prefix="bouquet-first-run-") as tmp:
             result = measure(Path(tmp), args.reuse_venv)
-    meta = {"name": args.name, "command": "python -m benchmarks.first_run " + shlex.join(argv),
+    meta = {"name": args.name, "command": "python -m benchmarks.studies.first_run " + shlex.join(argv),
             "date": started.strftime("%Y-%m-%d %H:%M UTC"), "machine": machine_facts(),
             "code": code_version()}
     results_dir = Path(args.results_dir)

@@ -1,6 +1,8 @@
-"""Client cost: one FedCG local epoch vs one FedAvg local epoch, same backbone, data and batch size.
+"""What does one FedCG local epoch cost a client against one FedAvg local epoch?
 
-    python -m benchmarks.fedcg_cost --samples 300 --reps 5 --name fedcg-client-cost
+Client cost: one FedCG local epoch vs one FedAvg local epoch, same backbone, data and batch size.
+
+    python -m benchmarks.studies.fedcg_cost --samples 300 --reps 5 --name fedcg-client-cost
 
 Times the real client handlers (`client_app.methods.fedavg.train` for message `train`, `client_app.methods.fedcg.train`
 for `train.fedcg`) called directly, as the ClientApp calls them, on one client of rotated MNIST (the
@@ -141,7 +143,7 @@ def cost_table(rows: list[dict[str, Any]]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = benchmark_parser("fedcg_cost", __doc__)
+    parser = benchmark_parser("studies.fedcg_cost", __doc__)
     parser.add_argument("--samples", type=int, default=300, help="training images of the client")
     parser.add_argument("--batch-size", type=int, default=10)
     parser.add_argument("--model", default="cnn")
@@ -173,7 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                      "ratio-with-balancing": (fedcg + balancing / period) / fedavg, "times": times})
         print(f"{label}: fedavg {fedavg:.3f} s, fedcg {fedcg:.3f} s (new teacher {new:.3f} s), ratio "
               f"{fedcg / fedavg:.2f} ({new / fedavg:.2f})")
-    meta = {"name": args.name, "command": "python -m benchmarks.fedcg_cost " + shlex.join(argv),
+    meta = {"name": args.name, "command": "python -m benchmarks.studies.fedcg_cost " + shlex.join(argv),
             "date": started.strftime("%Y-%m-%d %H:%M UTC"), "machine": machine_facts(),
             "code": code_version(), "settings": base}
     lines = [*provenance(meta, f"# {args.name}: one FedCG local epoch vs one FedAvg local epoch"), ""]

@@ -1,6 +1,8 @@
-"""The least any per-client aggregation can cost, against the plain mean: a memory-traffic floor.
+"""What is the least any per-client aggregation can cost against FedAvg's plain mean (the memory-traffic floor)?
 
-    python -m benchmarks.aggregation_floor --shapes 1000x1000000,2400x159010 --name aggregation-floor
+The least any per-client aggregation can cost, against the plain mean: a memory-traffic floor.
+
+    python -m benchmarks.studies.aggregation_floor --shapes 1000x1000000,2400x159010 --name aggregation-floor
 
 FedAvg's server step reads V [N, P] once and writes one row. A method that gives every client its own
 model (SFL's U = Â^L·V, FLT's neighbourhood averages over a threshold graph) must at least read V and
@@ -28,11 +30,10 @@ from benchmarks.common import (
     benchmark_parser,
     code_version,
     machine_facts,
-    markdown_table,
     set_threads,
-    versions_line,
 )
-from benchmarks.sfl_scale import graphs
+from docs.results.studies import aggregation_floor as markdown
+from benchmarks.studies.sfl_scale import graphs
 from strategies.methods.sfl.gcn import GCNPropagation
 
 
@@ -63,34 +64,8 @@ def measure(n: int, p: int, reps: int) -> dict[str, float]:
     return out
 
 
-def markdown(meta: dict, rows: list[dict]) -> str:
-    lines = [
-        f"# {meta['name']}: the memory-traffic floor of per-client aggregation", "",
-        "Produced by", "", "```", meta["command"], "```", "",
-        f"- date: {meta['date']}; code: commit {meta['code'].get('commit', '?')}"
-        f"{' (with local changes)' if meta['code'].get('local-changes') else ''}",
-        f"- machine: {meta['machine']['cpu']}, {meta['machine']['cores']} cores (torch threads "
-        f"{meta['machine']['torch-threads']}), torch {meta['machine']['torch']}",
-        *versions_line(meta["machine"]),
-        f"- float32 V [N, P], medians of {meta['reps']} repetitions after a warm-up, one process.", "",
-        *markdown_table(
-            ["N", "P", "`V.mean(0)` s", "`U.copy_(V)` ×mean", "`V.clone()` ×mean", "`V + V` ×mean",
-             "one kNN-10 hop into U ×mean"], "rrrrrrr",
-            [(r["n"], r["p"], f"{r['mean']:.3f}", *(f"{r[key] / r['mean']:.2f}"
-                                                    for key in ("copy", "clone", "add", "knn-hop")))
-             for r in rows]),
-    ]
-    lines += ["", "`U.copy_(V)` reads V and writes a matrix of the same size into memory that is "
-              "already mapped: the least work of any aggregation that produces one model per client "
-              "each round. `V.clone()` and `V + V` also allocate their output (first-touch page "
-              "faults), as an operation that returns a new matrix does. A kNN hop writes into the "
-              "mapped U like the copy and additionally combines 11 rows (10 neighbours + self) per "
-              "output row (11 multiply-adds per element).", ""]
-    return "\n".join(lines)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = benchmark_parser("aggregation_floor", __doc__)
+    parser = benchmark_parser("studies.aggregation_floor", __doc__)
     parser.add_argument("--shapes", default="1000x1000000,2400x159010",
                         help="comma-separated NxP shapes of V")
     parser.add_argument("--reps", type=int, default=5)
@@ -105,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(rows[-1]), flush=True)
     meta = {
         "name": args.name, "reps": args.reps,
-        "command": "python -m benchmarks.aggregation_floor " + shlex.join(sys.argv[1:]),
+        "command": "python -m benchmarks.studies.aggregation_floor " + shlex.join(sys.argv[1:]),
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": machine_facts(), "code": code_version(),
     }

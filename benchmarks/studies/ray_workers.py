@@ -1,6 +1,8 @@
-"""Wall time of `benchmarks.suite` and `benchmarks.compare` serial vs on Ray workers, same numbers.
+"""Do Ray workers shorten the suite's and compare's wall time while giving the same numbers, bit for bit?
 
-    python -m benchmarks.ray_workers --workers 2 --repeats 1
+Wall time of `benchmarks.suite` and `benchmarks.compare` serial vs on Ray workers, same numbers.
+
+    python -m benchmarks.studies.ray_workers --workers 2 --repeats 1
 
 Runs each command as a subprocess (Ray's start-up included in the time) serially and with
 `--workers N`, checks that every result is the same, bit for bit, once wall times are removed
@@ -67,7 +69,7 @@ def workers_table(rows: list[dict[str, Any]]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = benchmark_parser("ray_workers", __doc__)
+    parser = benchmark_parser("studies.ray_workers", __doc__)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--results-dir", default=str(RESULTS_DIR))
@@ -93,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                      "serial-median": serial, "workers-median": workers, "ratio": serial / workers,
                      "identical": True})
     machine, code = machine_facts(), code_version()
-    command = "python -m benchmarks.ray_workers " + shlex.join(argv)
+    command = "python -m benchmarks.studies.ray_workers " + shlex.join(argv)
     lines = ["# Benchmarks serial vs on Ray workers", "", "Produced by", "", "```", command, "```", "",
              f"- date: {started}; code: commit {code.get('commit', '?')}"
              + (" (with local changes)" if code.get("local-changes") else ""),

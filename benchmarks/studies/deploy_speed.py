@@ -1,7 +1,9 @@
-"""Deployment speed: Bouquet's fedavg against a minimal Flower FedAvg app on the same deployment,
+"""How do deployed rounds compare: Bouquet's fedavg against a minimal Flower app on the same deployment, and each method against deployed fedavg?
+
+Deployment speed: Bouquet's fedavg against a minimal Flower FedAvg app on the same deployment,
 and every method against deployed fedavg.
 
-    python -m benchmarks.deploy_speed --name deploy-speed-side-by-side [--pairs 3] [--rounds 5]
+    python -m benchmarks.studies.deploy_speed --name deploy-speed-side-by-side [--pairs 3] [--rounds 5]
         [--methods fedprox ditto ... local] [--default-poll]
 
 One `server_app.harness.loopback` deployment (SuperLink + 3 SuperNodes, TLS + SuperNode auth, on loopback,
@@ -43,7 +45,7 @@ from server_app.harness import deploy
 from server_app.harness.loopback import LoopbackFederation
 from server_app.harness.outcome import RunFailedError, check_run
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parent.parent.parent
 RESULTS = REPO / "benchmarks" / "results"
 MINIMAL_APP = REPO / "benchmarks" / "minimal_flower_app"
 SAMPLES = 100  # per client: 80 train, 20 test
@@ -162,7 +164,7 @@ def report(rows: list[dict], args: argparse.Namespace) -> str:
                            f"{f:.2f}", f"**{b / f:.2f}**"))
     lines = [
         "# Deployment speed: Bouquet vs a minimal Flower FedAvg app, same deployment, alternating",
-        "", f"Command: `python -m benchmarks.deploy_speed {' '.join(sys.argv[1:])}`  ",
+        "", f"Command: `python -m benchmarks.studies.deploy_speed {' '.join(sys.argv[1:])}`  ",
         f"flwr {machine['flwr']}, torch {machine['torch']}; {machine['cpu']}, {machine['cores']} "
         "cores. 3 SuperNodes on loopback with TLS + SuperNode auth (`server_app.harness.loopback`); "
         f"digits, cnn, iid, {SAMPLES} samples per client, 1 local epoch, {args.rounds} rounds per "
@@ -220,13 +222,13 @@ def save(rows: list[dict]) -> None:
     (RESULTS / f"{ARGS.name}.json").write_text(json.dumps(
         {"rows": rows, "failures": FAILURES, "job": JOB, "machine": machine_facts(),
          "code": code_version(),
-         "command": "python -m benchmarks.deploy_speed " + " ".join(sys.argv[1:])}, indent=2) + "\n")
+         "command": "python -m benchmarks.studies.deploy_speed " + " ".join(sys.argv[1:])}, indent=2) + "\n")
     (RESULTS / f"{ARGS.name}.md").write_text(report(rows, ARGS))
 
 
 def main() -> None:
     global ARGS
-    parser = benchmark_parser("deploy_speed", __doc__)
+    parser = benchmark_parser("studies.deploy_speed", __doc__)
     parser.add_argument("--name", default="deploy-speed-side-by-side")
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=5)

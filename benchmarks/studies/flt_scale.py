@@ -1,8 +1,10 @@
-"""FLT at scale: the server side of Form Client Relatedness for M = 2400 clients, and the per-round
+"""Does FLT scale to 2,400 clients: FCR's server side within a minute, its aggregation within 2x FedAvg's mean?
+
+FLT at scale: the server side of Form Client Relatedness for M = 2400 clients, and the per-round
 graph aggregation against a plain FedAvg mean over the same parameter matrix.
 
-    python -m benchmarks.flt_scale                          # M=2400, 10 clusters, k=2, MNIST encoder
-    python -m benchmarks.flt_scale --source synthetic --clients 2400 --reps 5
+    python -m benchmarks.studies.flt_scale                          # M=2400, 10 clusters, k=2, MNIST encoder
+    python -m benchmarks.studies.flt_scale --source synthetic --clients 2400 --reps 5
 
 Client side (simulated in this process, not part of the server timings): every client's k centroids
 of e=128-dim codes. `--source mnist` (default): MNIST split by `label-clusters` into C clusters of
@@ -51,9 +53,9 @@ from benchmarks.common import (
     code_version,
     machine_facts,
     markdown_table,
-    provenance,
     set_threads,
 )
+from docs.results.studies import _pct, flt_scale as markdown
 from strategies.shared.graph import share_inside_groups
 from strategies.methods.flt.neighbourhood import NeighbourhoodModels, neighbourhood_average
 from strategies.shared.personalized import weighted_mean
@@ -68,8 +70,6 @@ from strategies.methods.flt.relatedness import (
 from strategies.methods.flt.set_distance import set_distances
 
 MLP_PARAMS = 784 * 200 + 200 + 200 * 10 + 10
-TARGET_FCR_SECONDS = 60.0
-TARGET_RATIO = 2.0
 
 
 # --- client side (simulated) ----------------------------------------------------------------------
@@ -290,128 +290,6 @@ def _largest_difference(models: NeighbourhoodModels, formula: torch.Tensor) -> f
     return worst
 
 
-# --- writing --------------------------------------------------------------------------------------
-def markdown(meta: dict[str, Any], fcr: dict[str, Any], agg: dict[str, Any]) -> str:
-    a = meta["args"]
-    lines = [*provenance(meta, "# FLT at scale: FCR server side and graph aggregation"), ""]
-    side = meta["client-side"]
-    source = ("MNIST `label-clusters`, one label per cluster, encoder pretrained on "
-              f"{side.get('pretrain-images')} server-held images, client k-means (sklearn, "
-              f"random_state 43) over ~{side.get('train-samples-per-client', 0):.0f} "
-              "train images per client" if a["source"] == "mnist" else
-              "synthetic: k random centres per cluster in R^e, each client's centroids = its "
-              "cluster's centres + N(0, 1) noise")
-    lines += [
-        f"- setting: M = {a['clients']} clients in {a['clusters']} true clusters, k = {a['k']}, "
-        f"e = {a['latent']}, γ = {a['gamma']}; centroids: {source}.",
-        f"- UMAP on {fcr['points']} points (`strategies.methods.flt.relatedness.umap_embed`: n_neighbors 15, "
-        "random_state 42, exact neighbours); one client is held out of the fit and placed afterwards.",
-        "",
-        "## FCR, server side",
-        "",
-    ]
-    steps = [(name, f"{step['seconds']:.2f}", f"{step['peak-mb']:.1f}")
-             for name, step in fcr["steps"].items()]
-    steps += [("**total (UMAP + distance + threshold + Ward)**",
-               f"**{fcr['server-total-seconds']:.2f}**", None),
-              ("(min-pair distance instead of matching)", f"{fcr['min-pair']['seconds']:.2f}",
-               f"{fcr['min-pair']['peak-mb']:.1f}")]
-    if fcr["late-client"]:
-        late = fcr["late-client"]
-        steps.append(("place one late client (UMAP transform + distance row)", f"{late['seconds']:.3f}",
-                      f"{late['peak-mb']:.1f}"))
-    lines += markdown_table(["step", "seconds", "tracemalloc peak (MB)"], "lrr", steps)
-    verdict = "meets" if fcr["server-total-seconds"] < TARGET_FCR_SECONDS else "misses"
-    q = fcr["quality"]
-    lines += [
-        "",
-        f"Target: under {TARGET_FCR_SECONDS:.0f} s on 2 cores — {verdict} it. Before the timed steps, a "
-        f"warm-up UMAP fit + transform on 40 points took {fcr['warm-up']['seconds']:.1f} s: loading "
-        "numba's cached compiled code, paid once per process (the first FLT run of a process pays "
-        "it inside its FCR).",
-        "",
-        f"Graph quality (check): ARI of Ward (C = {a['clusters']}) vs the true clusters "
-        f"{q['ari (Ward, C)']:.3f}; share of Ã's off-diagonal edges inside true clusters "
-        f"{_pct(q['edges-inside-true-clusters'])}; {q['edges']} edges, mean degree "
-        f"{q['mean-degree']:.1f}." + (
-            f" The late client got {fcr['late-client']['neighbours']} neighbours, "
-            f"{_pct(fcr['late-client']['neighbours-in-true-cluster'])} of them in its true cluster."
-            if fcr["late-client"] else ""),
-        "",
-        "## Aggregation per round",
-        "",
-        f"V = [{agg['clients']} × {agg['params']:,}] float32 ({agg['matrix-gb']:.2f} GB; P = the MLP "
-        f"784→200→10). Medians of {agg['reps']} repetitions, torch threads "
-        f"{meta['machine']['torch-threads']}.",
-        "",
-    ]
-    computations = [("FedAvg: n-weighted mean of all rows, [1, M]·[M, P]", "–", agg["clients"],
-                     f"{agg['fedavg-mean']['median-seconds']:.3f}", "1.00")]
-    steps = (("flt (Ward clusters)", "Ward clusters"),
-             ("flt (threshold Ã)", "threshold Ã, sums shared along the tree"),
-             ("flt (threshold Ã, one product per distinct row)",
-              "threshold Ã, one product per distinct row"))
-    for name, title in steps:
-        entry = agg[name]
-        for label in ("all clients trained", "rho=0.2"):
-            e = entry[label]
-            computations.append((f"FLT step, {title}, {label}", entry["distinct-rows"],
-                                 f"{entry['row-axpys']:,}", f"{e['median-seconds']:.3f}",
-                                 f"{e['ratio-to-fedavg']:.2f}"))
-    for label in ("formula, torch.sparse Ã", "formula, dense Ã"):
-        if label in agg:
-            e = agg[label]
-            computations.append((f"D⁻¹(Ã diag(n))·V as one {label.split(', ')[1]} product (1 run)",
-                                 agg["clients"], f"{agg['flt (threshold Ã)']['nnz']:,}",
-                                 f"{e['median-seconds']:.2f}", f"{e['ratio-to-fedavg']:.1f}"))
-    lines += markdown_table(["computation", "distinct rows of Ã", "row-axpys per step", "median seconds",
-                             "× FedAvg mean"], "lrrrr", computations)
-    clustered = agg["flt (Ward clusters)"]["all clients trained"]["ratio-to-fedavg"]
-    threshold = agg["flt (threshold Ã)"]
-    direct = agg["flt (threshold Ã, one product per distinct row)"]
-    full, partial = (threshold[label]["ratio-to-fedavg"] for label in ("all clients trained", "rho=0.2"))
-    difference = max((agg[label]["max-relative-difference-of-shared-sums"]
-                      for label in ("formula, torch.sparse Ã", "formula, dense Ã") if label in agg),
-                     default=None)
-    lines += [
-        "",
-        f"Target: FLT's step under {TARGET_RATIO:.0f}× the FedAvg mean. With disjoint clusters "
-        f"(`flt.clusters` > 0) it {'meets' if clustered < TARGET_RATIO else 'misses'} it: "
-        f"{clustered:.2f}× with every client trained. With the threshold graph Ã (γ = "
-        f"{a['gamma']}, no clusters) it {'meets' if full < TARGET_RATIO else 'misses'} it: "
-        f"{full:.2f}× with every client trained, {partial:.2f}× at ρ = 0.2 (one product per distinct "
-        f"row: {direct['all clients trained']['ratio-to-fedavg']:.0f}×). " + (
-            "The threshold graph of this run is block-structured as well "
-            f"({threshold['distinct-rows']} distinct rows)."
-            if threshold["distinct-rows"] <= agg["flt (Ward clusters)"]["distinct-rows"] else
-            f"Ã is nearly but not exactly block-diagonal ({threshold['nnz']:,} non-zeros, "
-            f"{threshold['distinct-rows']} distinct rows), so clients have individual "
-            "neighbourhoods and their models differ."),
-        "",
-        "FLT's step is `NeighbourhoodModels.aggregate`: clients with equal rows of Ã hold one shared "
-        "model, computed once per distinct row. Ã is fixed after FCR, so `set_graph` plans the sums "
-        "once (`strategies.methods.flt.neighbourhood_sums.SumTree`): a minimum spanning tree over the distinct "
-        "rows plus a virtual root, where a row either is one product over its neighbours or copies a "
-        "similar row's sum and adds/subtracts the terms in which the two differ, "
-        "S_c = S_p + Σ_{N_c∖N_p} n_j v_j − Σ_{N_p∖N_c} n_j v_j. For this Ã: "
-        f"{threshold['row-axpys']:,} row-axpys instead of {direct['row-axpys']:,} (nnz of the "
-        f"distinct rows), {threshold['directly-computed-rows']} rows computed directly, "
-        f"{threshold['levels']} levels; `set_graph` (distinct rows + plan) took "
-        f"{threshold['set-graph-seconds']:.2f} s once. With Ward clusters every row is one product "
-        "(rows share nothing), one pass over the trained rows like FedAvg. Every step also writes each "
-        "distinct row's model once (and copies a parent row per tree row), so at "
-        f"{threshold['distinct-rows']} distinct rows the step costs about "
-        f"(row-axpys + 2·{threshold['distinct-rows']}) row passes against FedAvg's "
-        f"{agg['clients']}: the step is bound by memory traffic, not arithmetic."
-        + (f" Largest relative difference between the tree's models and the plain formula (float32): "
-           f"{difference:.1e}." if difference is not None else ""),
-        "",
-        f"Process peak RSS: {agg['max-rss-mb']:.0f} MB.",
-        "",
-    ]
-    return "\n".join(lines)
-
-
 ANNOTATION = "## FLT: Form Client Relatedness in this comparison"
 
 
@@ -424,7 +302,7 @@ def annotate(results: Path, name: str) -> None:
     text = text.split(f"\n{ANNOTATION}\n")[0].rstrip("\n") + "\n"
     seconds = flt["fcr-seconds"]
     lines = ["", ANNOTATION, "",
-             f"Added by `python -m benchmarks.flt_scale --annotate {name}` from the flt run's "
+             f"Added by `python -m benchmarks.studies.flt_scale --annotate {name}` from the flt run's "
              "`summary.json` (key `flt`).", ""]
     quantities = [("clients placed", flt["clients-placed"]),
                   ("edges of Ã (off-diagonal, undirected)", flt["edges"]),
@@ -443,13 +321,9 @@ def annotate(results: Path, name: str) -> None:
     (results / f"{name}.md").write_text(text + "\n".join(lines))
 
 
-def _pct(value: float | None) -> str:
-    return "–" if value is None else f"{100 * value:.1f}%"
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = benchmark_parser("flt_scale", __doc__)
+    parser = benchmark_parser("studies.flt_scale", __doc__)
     parser.add_argument("--clients", type=int, default=2400)
     parser.add_argument("--clusters", type=int, default=10)
     parser.add_argument("--k", type=int, default=2)
@@ -494,7 +368,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                       args.seed)
     print(json.dumps(agg, indent=1), flush=True)
 
-    meta = {"command": " ".join(["python -m benchmarks.flt_scale", shlex.join(argv)]).strip(),
+    meta = {"command": " ".join(["python -m benchmarks.studies.flt_scale", shlex.join(argv)]).strip(),
             "date": started.strftime("%Y-%m-%d %H:%M UTC"), "machine": machine_facts(),
             "code": code_version(), "args": vars(args), "client-side": client_side}
     results = Path(args.results_dir)

@@ -1,8 +1,10 @@
-"""`flwr run` speed: Bouquet's fedavg against Flower's minimal app in the same simulation, and the
+"""How does Bouquet's fedavg under `flwr run` compare with Flower's minimal app in the same simulation, and with the same job in process?
+
+`flwr run` speed: Bouquet's fedavg against Flower's minimal app in the same simulation, and the
 same Bouquet job in process.
 
-    python -m benchmarks.flwr_run_speed                 # 20 simulated SuperNodes, 5 rounds, 3 pairs
-    python -m benchmarks.flwr_run_speed --pairs 5 --threads-variant 2
+    python -m benchmarks.studies.flwr_run_speed                 # 20 simulated SuperNodes, 5 rounds, 3 pairs
+    python -m benchmarks.studies.flwr_run_speed --pairs 5 --threads-variant 2
 
 One simulation SuperLink (`flower-superlink --simulation`, its own FLWR_HOME and port, started and
 stopped by this script) serves every run. The job is the minimal app's: digits data, the CNN, IID
@@ -308,7 +310,7 @@ NOTES = [
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = benchmark_parser("flwr_run_speed", __doc__)
+    parser = benchmark_parser("studies.flwr_run_speed", __doc__)
     parser.add_argument("--clients", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--samples", type=int, default=100, help="samples per client")
@@ -322,7 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bouquet-flwr-run-speed-") as tmp:
         rows = measure(args, Path(tmp))
     meta = {
-        "command": ("python -m benchmarks.flwr_run_speed " + shlex.join(argv)).strip(),
+        "command": ("python -m benchmarks.studies.flwr_run_speed " + shlex.join(argv)).strip(),
         "date": started.strftime("%Y-%m-%d %H:%M UTC"),
         "machine": machine_facts(),
         "code": code_version(),

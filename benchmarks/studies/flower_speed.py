@@ -1,7 +1,9 @@
-"""Wall time per round: Bouquet's `fedavg` vs a minimal Flower FedAvg app, same model, data, transport.
+"""Is a round of Bouquet's fedavg slower than a minimal Flower FedAvg app doing the same work in one process?
 
-    python -m benchmarks.flower_speed                       # 20 and 100 clients, 3 rounds, 8 repetitions
-    python -m benchmarks.flower_speed --clients 20 --reps 5 --model cnn
+Wall time per round: Bouquet's `fedavg` vs a minimal Flower FedAvg app, same model, data, transport.
+
+    python -m benchmarks.studies.flower_speed                       # 20 and 100 clients, 3 rounds, 8 repetitions
+    python -m benchmarks.studies.flower_speed --clients 20 --reps 5 --model cnn
 
 Both sides run in this one process over the same in-process transport (`server_app.harness.local_grid.LocalGrid`,
 one virtual node per client, so node_config partition-id = client id) and do the same work per round:
@@ -242,13 +244,13 @@ def measure(clients: Sequence[int], rounds: int, reps: int, base: dict[str, Any]
 COMPONENTS: list[tuple[str, list[tuple[str, str]]]] = [
     ("ClientApp calls (all client-side work)", [("flwr/clientapp/client_app.py", "__call__")]),
     ("  local SGD epochs", [("client_app/training.py", "train_epochs"),
-                            ("benchmarks/flower_speed.py", "sgd_epochs")]),
+                            ("benchmarks/studies/flower_speed.py", "sgd_epochs")]),
     ("  test-split evaluation", [("client_app/training.py", "evaluate"),
-                                 ("benchmarks/flower_speed.py", "test_accuracy")]),
+                                 ("benchmarks/studies/flower_speed.py", "test_accuracy")]),
     ("  build model + load received weights", [("client_app/runtime.py", "model"),
-                                               ("benchmarks/flower_speed.py", "received_model")]),
+                                               ("benchmarks/studies/flower_speed.py", "received_model")]),
     ("  reply ArrayRecord from the model", [("client_app/runtime.py", "model_record"),
-                                            ("benchmarks/flower_speed.py", "reply_record")]),
+                                            ("benchmarks/studies/flower_speed.py", "reply_record")]),
     ("  message contracts (pydantic read/write)", [("strategies/shared/messages.py", "read"),
                                                    ("strategies/shared/messages.py", "config"),
                                                    ("strategies/shared/messages.py", "metrics")]),
@@ -537,7 +539,7 @@ def explain(profile: dict[str, Any]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = benchmark_parser("flower_speed", __doc__)
+    parser = benchmark_parser("studies.flower_speed", __doc__)
     parser.add_argument("--clients", default="20,100", help="comma-separated client counts")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--reps", type=int, default=8)
@@ -573,7 +575,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                              Path(tmp))
         handlers = handler_overhead(base)
     meta = {
-        "command": ("python -m benchmarks.flower_speed " + shlex.join(argv)).strip(),
+        "command": ("python -m benchmarks.studies.flower_speed " + shlex.join(argv)).strip(),
         "date": started.strftime("%Y-%m-%d %H:%M UTC"),
         "machine": machine_facts(),
         "code": code_version(),

@@ -1,6 +1,8 @@
-"""FedCG vs FedAvg on multi-domain data with held-out test clients, its controls and ablations.
+"""Does FedCG beat FedAvg on multi-domain data with held-out test clients, and which of its parts (controls, ablations) make the difference?
 
-    python -m benchmarks.fedcg_domains --variants fedavg,d1,distance,oracle --seeds 0,1,2 \
+FedCG vs FedAvg on multi-domain data with held-out test clients, its controls and ablations.
+
+    python -m benchmarks.studies.fedcg_domains --variants fedavg,d1,distance,oracle --seeds 0,1,2 \
         --set domain-family=styles --set domains-per-client=2 --set domain-unseen-styles=blurred \
         --set domain-unseen-rotations= --name fedcg-styles-k2
 
@@ -42,12 +44,11 @@ from benchmarks.common import (
     code_version,
     log_progress,
     machine_facts,
-    markdown_table,
     parse_set,
-    provenance,
     set_threads,
 )
-from benchmarks.compare import RUNS_DIR, plot_curves, read_rounds
+from docs.results.studies import fedcg_domains as markdown, fedcg_domains_plot as plot
+from benchmarks.compare import RUNS_DIR, read_rounds
 
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "fedavg": ("fedavg", {}),
@@ -145,141 +146,9 @@ def _same_settings(config_path: Path, overrides: dict[str, Any]) -> bool:
     return all(config.get(key) == wanted[key] for key in overrides if key != "output-dir")
 
 
-def _num(value: Any, digits: int = 2) -> str:
-    return "—" if value is None else f"{value:.{digits}f}"
-
-
-def last_rounds_mean(row: dict[str, Any], rounds: int = 5) -> float | None:
-    """Mean global accuracy over the last `rounds` evaluated rounds (the final round alone is noisy)."""
-    values = [p["global-accuracy"] for p in row["curve"] if p.get("global-accuracy") is not None]
-    return sum(values[-rounds:]) / len(values[-rounds:]) if values else None
-
-
-def measures(row: dict[str, Any]) -> dict[str, float | None]:
-    """The numbers of one run that the tables show (FedAvg: soft = hard = its accuracy)."""
-    fedcg = row.get("fedcg") or {}
-    nmi = fedcg.get("nmi") or {}
-    soft_by = fedcg.get("accuracy-soft") or row["by-domain"]
-    hard_by = fedcg.get("accuracy-hard") or row["by-domain"]
-    return {
-        "global-soft": fedcg.get("global-accuracy-soft", row["global-accuracy"]),
-        "global-hard": fedcg.get("global-accuracy-hard", row["global-accuracy"]),
-        "last-5": last_rounds_mean(row),
-        "seen-soft": soft_by.get("seen"), "unseen-soft": soft_by.get("unseen"),
-        "unseen-hard": hard_by.get("unseen"),
-        "nmi-test": nmi.get("student-final"), "nmi-train": nmi.get("student-train-final"),
-        "nmi-labels": nmi.get("pseudo-domain-final"),
-        "largest-train": fedcg.get("largest-domain-share"),
-        "largest-test": fedcg.get("test-largest-domain-share"),
-        "s-per-round": row["seconds-per-round"],
-    }
-
-
-COLUMNS = [("global-soft", "global (soft)", 2), ("global-hard", "global (hard)", 2),
-           ("last-5", "last 5 rounds (soft)", 2), ("seen-soft", "seen (soft)", 2),
-           ("unseen-soft", "unseen (soft)", 2), ("unseen-hard", "unseen (hard)", 2),
-           ("nmi-test", "NMI student, test images", 3), ("nmi-train", "NMI student, train images", 3),
-           ("nmi-labels", "NMI pseudo-labels", 3), ("largest-train", "largest domain (train labels)", 2),
-           ("largest-test", "largest domain (test student)", 2), ("s-per-round", "s/round", 1)]
-
-
-def _mean_sd(values: list[float | None], digits: int) -> str:
-    values = [v for v in values if v is not None]
-    if not values:
-        return "—"
-    mean = sum(values) / len(values)
-    if len(values) == 1:
-        return f"{mean:.{digits}f}"
-    sd = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
-    return f"{mean:.{digits}f} ± {sd:.{digits}f}"
-
-
-def variant_table(variants: list[str], rows: list[dict[str, float | None]],
-                  columns: list[tuple[str, str, int]]) -> list[str]:
-    """Markdown lines: one row per variant, each column (key, title, digits) as mean ± sd over that
-    variant's `rows` (dicts with a `variant` key)."""
-    table = []
-    for variant in variants:
-        values = [r for r in rows if r["variant"] == variant]
-        table.append([variant, *(_mean_sd([v[key] for v in values], digits) for key, _, digits in columns)])
-    return markdown_table(["variant", *(title for _, title, _ in columns)], "l" + "r" * len(columns), table)
-
-
-def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
-    s = meta["settings"]
-    lines = [*provenance(meta, f"# {meta['name']}"), ""]
-    family = s.get("domain-family", "rotations")
-    seen = s["domain-styles"] if family == "styles" else s["domain-rotations"]
-    unseen = (s.get("domain-unseen-styles") if family == "styles" else s["domain-unseen-rotations"]) or "none"
-    lines.append(
-        f"- setting: {s['dataset']} `domains`, family {family}: {seen} for the train clients "
-        f"({s.get('domains-per-client', 1)} per train client, images split between them), "
-        f"{s['num-clients']} clients of which {meta['test-clients']} held out whole as test clients "
-        f"(one domain each; unseen: {unseen}), model `{s['model']}`, {s['num-rounds']} rounds, "
-        f"fraction-train {s['fraction-train']}, {s['local-epochs']} local epoch(s), batch "
-        f"{s['batch-size']}, lr {s['lr']}, {s['max-samples-per-client']} images per client, seeds "
-        f"{', '.join(str(x) for x in meta['seeds'])}")
-    fedcg_keys = sorted(k for k in s if k.startswith("fedcg."))
-    if fedcg_keys:
-        lines.append("- FedCG settings (before each variant's overrides): "
-                     + ", ".join(f"{k}={s[k]}" for k in fedcg_keys))
-    lines.append("- variants: " + "; ".join(
-        f"`{v}` = {VARIANTS[v][0]} {VARIANTS[v][1] or ''}".rstrip() for v in meta["variants"]))
-    lines += [
-        "",
-        "Accuracy (%) over the union of the held-out test clients' images after the last round (and "
-        "its mean over the last 5 rounds); *seen* = test clients whose domain the training images "
-        "have, *unseen* = the held-out domain(s); soft = the student's probabilities as domain weights "
-        "(default), hard = its argmax (FedAvg: the same number). NMI per image against the true "
-        "domain: the final student on the seen test clients' images and on the last round's training "
-        "images, and the pseudo-labels the last round trained with. Largest domain: its share of the "
-        "last round's training pseudo-labels / of the test images under the student's argmax.",
-        "",
-        f"Mean ± sd over {len(meta['seeds'])} seed(s):",
-        "",
-    ]
-    lines += variant_table(list(meta["variants"]),
-                           [{"variant": r["variant"], **measures(r)} for r in rows], COLUMNS)
-    names = meta["domains"]
-    table = []
-    for row in rows:
-        fedcg = row.get("fedcg") or {}
-        nmi = fedcg.get("nmi") or {}
-        m = measures(row)
-        by = (fedcg.get("accuracy-soft") or row["by-domain"]).get("by-domain", {})
-        lam = fedcg.get("lambda") or {}
-        cells = [row["variant"], str(row["seed"]), _num(m["global-soft"]), _num(m["seen-soft"]),
-                 _num(m["unseen-soft"])] + [_num(by.get(n)) for n in names]
-        cells += [_num(nmi.get("student-final"), 3), _num(nmi.get("teacher-round-0"), 3),
-                  ", ".join(f"{v:.3f}" for v in lam.values()) or "—"]
-        table.append(cells)
-    lines += ["", "Every run (accuracy per test domain uses soft weights):", "",
-              *markdown_table(["variant", "seed", "global (soft)", "seen", "unseen", *names,
-                               "NMI student (test)", "NMI teacher (round 0)", "λ (final)"],
-                              "lr" + "r" * (6 + len(names)), table)]
-    lines += ["", "Domain histograms (pseudo-domains of the last round's training images; student argmax "
-              "of the test images) and the final adjacency:", ""]
-    for row in rows:
-        fedcg = row.get("fedcg")
-        if fedcg:
-            adjacency = [[round(v, 3) for v in line] for line in fedcg.get("adjacency") or []]
-            lines.append(f"- `{row['variant']}` seed {row['seed']}: train {fedcg.get('domain-histogram')}, "
-                         f"test {fedcg.get('test-student-histogram')}, A = {adjacency}")
-    lines += ["", f"![global accuracy per round]({meta['name']}.png)", ""]
-    return "\n".join(lines)
-
-
-def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
-    series = [(f"{row['variant']} (seed {row['seed']})", [(p["round"], p["global-accuracy"])
-                                                          for p in row["curve"]
-                                                          if p.get("global-accuracy") is not None])
-              for row in rows]
-    plot_curves(series, path, "global accuracy on held-out test clients (%)", title)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = benchmark_parser("fedcg_domains", __doc__)
+    parser = benchmark_parser("studies.fedcg_domains", __doc__)
     parser.add_argument("--variants", default="fedavg,distance,identity,uniform",
                         help=f"comma-separated, from {', '.join(VARIANTS)}")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
@@ -318,7 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                      rows[-1]["global-accuracy"], rows[-1]["wall-seconds"])
     settings = {k: v for k, v in cfg.flat().items()
                 if k not in ("method", "run-name", "output-dir", "seed")}
-    meta = {"name": args.name, "command": "python -m benchmarks.fedcg_domains " + shlex.join(argv),
+    meta = {"name": args.name, "command": "python -m benchmarks.studies.fedcg_domains " + shlex.join(argv),
             "date": started.strftime("%Y-%m-%d %H:%M UTC"), "machine": machine_facts(),
             "code": code_version(), "settings": settings, "variants": variants,
             "test-clients": len(test_clients), "seeds": seeds,

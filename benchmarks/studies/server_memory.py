@@ -1,6 +1,8 @@
-"""Server memory of SFL against the number of clients, with the `cnn` model, in memory and memory-mapped.
+"""How much server memory does SFL need as the clients grow, in memory and memory-mapped?
 
-    python -m benchmarks.server_memory --clients 100,1000,3000 --mapped 1000,10000
+Server memory of SFL against the number of clients, with the `cnn` model, in memory and memory-mapped.
+
+    python -m benchmarks.studies.server_memory --clients 100,1000,3000 --mapped 1000,10000
 
 What is measured: SFL's server strategy in one fresh process per point, built as the ServerApp builds it
 (`strategies.shared.registry.build_strategy`: the prior label-sharing graph over N clients of MNIST
@@ -96,7 +98,7 @@ def point(clients: int, mapped: bool, rounds: int, trained: int) -> dict[str, An
     """`measure` in a fresh process (its peak memory is this point's alone)."""
     with tempfile.TemporaryDirectory(prefix="bq-server-memory-", dir=REPO / "outputs"
                                      if (REPO / "outputs").exists() else None) as directory:
-        args = [sys.executable, "-m", "benchmarks.server_memory", "--one", str(clients),
+        args = [sys.executable, "-m", "benchmarks.studies.server_memory", "--one", str(clients),
                 "--one-mmap-bytes", "0" if mapped else str(1 << 62), "--rounds", str(rounds),
                 "--trained", str(trained), "--one-dir", directory]
         log.info("server memory: %d clients, %s", clients, "memory-mapped" if mapped else "in memory")
@@ -120,7 +122,7 @@ def limit(points: list[dict[str, Any]], budget_gib: float) -> tuple[np.ndarray, 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = benchmark_parser("server_memory", __doc__)
+    parser = benchmark_parser("studies.server_memory", __doc__)
     parser.add_argument("--clients", default="100,1000,3000", help="in-memory points")
     parser.add_argument("--mapped", default="1000,10000", help="memory-mapped points (threshold 0)")
     parser.add_argument("--rounds", type=int, default=2)
@@ -141,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     mapped = [point(int(n), True, args.rounds, args.trained) for n in args.mapped.split(",") if n]
     coeffs, largest = limit(memory, args.budget_gib)
     machine, code = machine_facts(), code_version()
-    command = "python -m benchmarks.server_memory " + shlex.join(argv)
+    command = "python -m benchmarks.studies.server_memory " + shlex.join(argv)
     lines = [
         "# Server memory of SFL against the number of clients (`cnn`)", "", "Produced by", "", "```",
         command, "```", "",
@@ -153,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"builds it (prior label-sharing graph of MNIST label-clusters, `cnn`, P = "
         f"{memory[0]['params'] if memory else mapped[0]['params']:,} parameters), {args.rounds} "
         f"server rounds of {args.trained} absorbed client models + SFL's server step; no "
-        "ClientApps (see `benchmarks/server_memory.py`)",
+        "ClientApps (see `benchmarks/studies/server_memory.py`)",
         "- **peak**: the process's peak resident memory (VmHWM, file pages of a mapped matrix "
         "included); **anon**: anonymous resident memory at the end (what has to fit in RAM); "
         "**V + U**: the two [N, P] float32 matrices", "",
