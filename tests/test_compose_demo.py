@@ -48,6 +48,9 @@ CACHE = Path(os.environ.get("BOUQUET_DOCKER_ROOT", Path.home() / ".cache" / "bou
 WHEELS = Path(os.environ.get("BOUQUET_WHEELS", REPO / "docker" / "wheels"))
 PAGE = REPO / "docs" / "deploy-compose.md"
 NODES = 3
+# the app image the demo runs: docker/compose.yml's default, the CPU one, unless BOUQUET_TORCH=cuda
+TORCH = os.environ.get("BOUQUET_TORCH") or "cpu"
+APP_IMAGE = f"bouquet-superexec:{deploy.FLOWER_VERSION}-{TORCH}"
 APT_PACKAGES = {"dockerd": "docker.io", "docker-compose": "docker-compose", "debootstrap": "debootstrap"}
 
 
@@ -242,6 +245,34 @@ def test_the_page_block_parses_into_its_steps():
     assert f"--dataset {run['dataset']}" in export[0] and f"--num-clients {run['num-clients']}" in export[0]
 
 
+@pytest.mark.parametrize("overrides, needs", [
+    ({"model": "mobilenet-v2", "dataset": "cifar10"}, "model 'mobilenet-v2'"),
+    ({"partition": "domains", "domain-rotations": "0,45"}, "rotations that are not multiples of 90"),
+    ({"partition": "domains", "domain-rotations": "0,90", "domain-unseen-rotations": "30",
+      "domain-test-clients": 0.25}, "rotations that are not multiples of 90"),
+])
+def test_what_needs_torchvision_is_refused_without_it_naming_the_cuda_image(monkeypatch, overrides,
+                                                                           needs):
+    """The CPU app image has no torchvision: a run config that needs it is one line naming the CUDA
+    image (no Docker needed; the image itself is checked by docker/scripts/check_cpu_image.py)."""
+    import importlib.util
+
+    from strategies.shared.run_config import RunConfig, default_run_config
+    from strategies.shared.settings import ConfigError
+
+    config = {**default_run_config(), **overrides}
+    RunConfig.from_flower(config)  # valid where torchvision is installed
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "torchvision" else find_spec(name, *a))
+    with pytest.raises(ConfigError) as refused:
+        RunConfig.from_flower(config)
+    message = str(refused.value)
+    assert needs in message and "\n" not in message
+    assert f"bouquet-superexec:{deploy.FLOWER_VERSION}-cuda" in message
+    RunConfig.from_flower(default_run_config())  # the rest runs without it
+
+
 def demo_commands() -> list[str]:
     """The page's commands that drive the demo (steps 3-6): its docker-compose and docker cp lines."""
     return [c for c in page_commands()
@@ -296,10 +327,20 @@ def test_compose_demo_end_to_end(docker, tmp_path):
     local_bases = ["--local-bases"] if "FLWR_IMAGES" in demo.env else []
     sh("bash", str(REPO / "docker/scripts/build_images.sh"), *local_bases, env=env, timeout=1800)
     timings["build"] = time.monotonic() - started - timings["wheels"]
+    assert sh("docker", "image", "inspect", APP_IMAGE, env=env, check=False).returncode == 0, (
+        f"build_images.sh did not make {APP_IMAGE}")
     print(sh("docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}} {{.Size}}",
              env=env).stdout)
     print(sh("docker", "version", "--format", "Docker {{.Server.Version}}", env=env).stdout.strip()
           + ", docker-compose " + sh("docker-compose", "version", "--short", env=env).stdout)
+    if TORCH == "cpu":
+        # the CPU image: no CUDA package nor torchvision; MNIST, npz and ImageFolder clients train;
+        # what needs torchvision is refused with one line naming the CUDA image
+        checked = time.monotonic()
+        print(sh("docker", "run", "--rm", "-v", f"{REPO / 'docker' / 'scripts'}:/checks:ro",
+                 "-e", "PYTHONPATH=/app", "--entrypoint", "python", APP_IMAGE, "/checks/check_cpu_image.py", env=env,
+                 timeout=900).stdout)
+        timings["cpu-image-check"] = time.monotonic() - checked
 
     sh("bash", str(REPO / "docker/scripts/gen_certs.sh"), str(root / "certs"), "superlink")
     sh("bash", str(REPO / "docker/scripts/gen_keys.sh"), str(root / "keys"), str(NODES))

@@ -3,6 +3,9 @@
 #
 #   docker/scripts/build_images.sh [--local-bases]
 #
+# BOUQUET_TORCH (as for docker/compose.yml): `cpu` (default) builds bouquet-superexec:<version>-cpu,
+# a CPU-only torch and no torchvision nor CUDA packages; `cuda` builds bouquet-superexec:<version>-cuda,
+# PyPI's torch with its CUDA packages and torchvision (for GPU clients).
 # --local-bases  first build the Flower 1.39 base images locally (bouquet-base/superlink,
 #                bouquet-base/supernode, bouquet-base/superexec from docker/base.Dockerfile) on a
 #                Debian bookworm root made by debootstrap (image bouquet-debian:bookworm, made once
@@ -46,6 +49,10 @@ if compgen -G "$wheels/*.whl" >/dev/null; then
     done
     pip_options="--no-index --find-links http://127.0.0.1:$port/"
     network=host
+    # the CPU torch (docker/scripts/fetch_wheels.sh keeps it apart, in torch-cpu/)
+    if compgen -G "$wheels/torch-cpu/torch-*+cpu-*.whl" >/dev/null; then
+        export BOUQUET_TORCH_CPU_OPTIONS="--no-index --find-links http://127.0.0.1:$port/torch-cpu/"
+    fi
     echo "pip installs from $wheels ($(ls "$wheels"/*.whl | wc -l) wheels)"
 fi
 
@@ -72,5 +79,6 @@ if [[ $local_bases == 1 ]]; then
 fi
 
 export BOUQUET_PIP_OPTIONS=$pip_options BOUQUET_BUILD_NETWORK=$network
+echo "bouquet-superexec: ${BOUQUET_TORCH:-cpu} torch"
 $COMPOSE -p bouquet -f docker/compose.yml build superlink superexec-serverapp
 docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep -E '^bouquet-(base/|superlink|superexec)' || true

@@ -144,6 +144,12 @@ COMPOSE_CONNECTION = "bouquet-docker"  # the `cli` service's SuperLink connectio
 FLOWER_IMAGES = "${FLWR_IMAGES:-flwr}"
 
 
+# The app image's torch: `cpu` (the Compose demo's default; docker/superexec.Dockerfile's TORCH=cpu) or
+# `cuda` (BOUQUET_TORCH=cuda), tagged bouquet-superexec:<version>-cpu / -cuda.
+APP_TORCH = "${BOUQUET_TORCH:-cpu}"
+APP_IMAGE = f"bouquet-superexec:{FLOWER_VERSION}-{APP_TORCH}"
+
+
 def flower_image(role: str) -> str:
     """A Flower 1.39 image (`superlink`, `supernode`, `superexec`) as Compose interpolates it."""
     return f"{FLOWER_IMAGES}/{role}:{FLOWER_VERSION}"
@@ -166,8 +172,10 @@ def compose(num_supernodes: int) -> dict:
                 "args": {"BASE": flower_image(role), "PIP_OPTIONS": "${BOUQUET_PIP_OPTIONS:-}"}}
 
     def app_image() -> dict:  # a fresh dict per service (no YAML anchors in the file)
-        return {"build": build("superexec.Dockerfile", "superexec"),
-                "image": f"bouquet-superexec:{FLOWER_VERSION}"}
+        spec = build("superexec.Dockerfile", "superexec")
+        # BOUQUET_TORCH: the CPU image (no CUDA packages, no torchvision) unless `cuda` is asked for
+        spec["args"].update({"TORCH": APP_TORCH, "TORCH_CPU_OPTIONS": "${BOUQUET_TORCH_CPU_OPTIONS:-}"})
+        return {"build": spec, "image": APP_IMAGE}
 
     services: dict = {
         "superlink": {
@@ -193,7 +201,7 @@ def compose(num_supernodes: int) -> dict:
         # `docker compose -p bouquet -f docker/compose.yml run --rm cli flwr run /src bouquet-docker`:
         # the `flwr` CLI inside the SuperLink's network namespace (the Control API is on its loopback).
         "cli": {
-            "image": f"bouquet-superexec:{FLOWER_VERSION}",
+            "image": APP_IMAGE,
             "profiles": ["cli"],
             "entrypoint": [],
             "command": ["flwr", "--help"],

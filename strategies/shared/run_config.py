@@ -391,6 +391,25 @@ class RunConfig(Settings):
                              "use natural (one client per LEAF user), iid or dirichlet")
         return self
 
+    @model_validator(mode="after")
+    def _torchvision_present(self) -> RunConfig:
+        """MobileNet-v2 and rotations by angles that are not multiples of 90 degrees come from
+        torchvision, which the CPU app image (docker/superexec.Dockerfile, TORCH=cpu) leaves out."""
+        import importlib.util
+
+        needs = ("model 'mobilenet-v2'" if self.model == "mobilenet-v2" else
+                 "partition 'domains' with rotations that are not multiples of 90 degrees"
+                 if self.partition == "domains" and self.domain_family == "rotations"
+                 and any(float(a) % 90 for a in self.rotations + self.unseen_rotations) else "")
+        if needs and importlib.util.find_spec("torchvision") is None:
+            from importlib.metadata import version
+            raise ValueError(
+                f"{needs} needs torchvision, which is not installed here (the CPU image "
+                f"bouquet-superexec:{version('flwr')}-cpu has none): run it on the CUDA image "
+                f"bouquet-superexec:{version('flwr')}-cuda (BOUQUET_TORCH=cuda, docs/deploy-compose.md) "
+                "or `pip install torchvision`")
+        return self
+
     @classmethod
     def from_flower(cls, run_config: Mapping[str, Any]) -> RunConfig:
         """Validate Flower's flat run config; raise `ConfigError` with one actionable line."""
