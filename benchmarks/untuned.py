@@ -8,8 +8,9 @@ The list is drawn once, from a stated seed (`--draw-seed`, default 46), before a
 that the rule cannot be fitted to it: seeds not used by the suite (≥ 3), client counts, samples per
 client from 30 to 600 (log-uniform), the structure (none, label skew, label clusters, rotated
 domains) and its size, and participation. The issue's case (label clusters, about 50 samples per
-client, every client taking part) is added by name. Every setting shares the budget in [common]
-(MNIST, MLP), sized so that one setting's four results cost well under a minute.
+client, every client taking part, the suite's 20 rounds) is added by name. Every setting shares the
+budget in [common] (MNIST, MLP, 10 rounds), sized so that one setting's four results cost well
+under a minute on an idle core.
 
 Each setting runs through `benchmarks.compare.compare` (same data, partition, seed and budget for
 every method). With `--baselines NAME` only `--methods` run, and the baselines' numbers are read from
@@ -35,11 +36,12 @@ from benchmarks.common import (RESULTS_DIR, benchmark_parser, code_version, log_
                                machine_facts, markdown_table, provenance, set_threads)
 
 LIST = Path(__file__).resolve().parent / "experiments" / "untuned.toml"
-COMMON = {"dataset": "mnist", "model": "mlp", "num-rounds": 20, "local-epochs": 1,
+COMMON = {"dataset": "mnist", "model": "mlp", "num-rounds": 10, "local-epochs": 1,
           "batch-size": 32, "lr": 0.05, "finetune-epochs": 1, "checkpoint-every": 0}
 ISSUE_CASE = {"name": "issue-label-clusters-n50", "structure": "groups", "seed": 0,
               "set": {"partition": "label-clusters", "num-clusters": 5, "labels-per-cluster": 2,
-                      "num-clients": 20, "max-samples-per-client": 50, "fraction-train": 1.0}}
+                      "num-clients": 20, "max-samples-per-client": 50, "fraction-train": 1.0,
+                      "num-rounds": 20}}  # the issue's budget: the suite's 20 rounds
 
 
 # --- drawing the list -------------------------------------------------------------------------------
@@ -162,7 +164,9 @@ def describe(s: dict[str, Any]) -> str:
         part += f" {k['domain-rotations']}°"
     elif part == "shards":
         part += f" q={k['shards-per-client']}"
-    return f"{part}, M={k['num-clients']}, n≤{k['max-samples-per-client']}, ρ={k['fraction-train']:g}"
+    rounds = f", {k['num-rounds']} rounds" if "num-rounds" in k else ""
+    return (f"{part}, M={k['num-clients']}, n≤{k['max-samples-per-client']}, "
+            f"ρ={k['fraction-train']:g}{rounds}")
 
 
 def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
