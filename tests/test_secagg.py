@@ -159,7 +159,7 @@ def test_settings_that_cannot_hold_fail_in_one_line(settings, message):
 
 
 def test_methods_whose_server_needs_only_a_sum_accept_it():
-    for method in ("fedavg", "fedprox"):
+    for method in ("fedavg", "fedprox", "fedper", "lg-fedavg"):
         cfg = RunConfig.from_flower({**default_run_config(), **SMALL, "method": method,
                                      "num-clients": 5, "secure-aggregation": "secagg+"})
         assert cfg.secure_aggregation == "secagg+"
