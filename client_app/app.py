@@ -4,9 +4,10 @@
 method sends (`train.sfl`, `query.flt_embed`, ...) are routed as its registry entry declares
 (`strategies.shared.registry.Method.client`), imported on first use. Every train handler also accepts a fused
 message (`strategies.shared.fusion`): the evaluation it carries is routed to its own evaluate handler first,
-then the training runs, and one reply holds both. Train and evaluate handlers run inside the layer of a
-cross-cutting feature whose record the request carries (`client_app.layers.layered`, e.g. the
-safeguard); a request without one reaches the method's handler directly.
+then the training runs, and one reply holds both. A method's train, evaluate and query handlers run
+inside the layer of a cross-cutting feature whose record the request carries
+(`client_app.layers.layered`, e.g. the safeguard, client-level DP's noise on non-model uploads); a
+request without one reaches the method's handler directly.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def install(method: Method) -> None:
         _INSTALLED[message_type] = target
         handler = resolve(target)
         _ROUTES[kind](action)(with_evaluation(layered(handler)) if kind == "train"
-                              else layered(handler) if kind == "evaluate" else handler)
+                              else layered(handler))
 
 
 app.query("identify")(identify.identify)

@@ -1,8 +1,9 @@
 """Cross-cutting client features as layers around a method's handlers.
 
 A feature that several methods opt into travels as one record of its own beside a request's
-`config` (today the per-client safeguard's `safeguard` record, `client_app/safeguard.py`). When a
-train or evaluate request carries such a record, the ClientApp runs the method's handler inside that
+`config` (the per-client safeguard's `safeguard` record, `client_app/safeguard.py`; client-level
+DP's noise on non-model uploads, `dp-upload`, `client_app/private_upload.py`). When a train,
+evaluate or query request carries such a record, the ClientApp runs the method's handler inside that
 feature's layer (`layered`); the layer's module is imported only then. A local update asks the
 active layer where training starts (`Layer.start`), which train samples it uses (`train_index`) and
 what follows training (`trained`); outside any layer these change nothing, so a method whose
@@ -27,7 +28,8 @@ Wrapper = Callable[[Handler, Message, Context], Message]
 
 # Request record name -> the "module:function" wrapper of its layer (imported on the first request
 # that carries the record).
-LAYERS: dict[str, str] = {"safeguard": "client_app.safeguard:around"}
+LAYERS: dict[str, str] = {"safeguard": "client_app.safeguard:around",
+                          "dp-upload": "client_app.private_upload:around"}
 
 
 class Layer:

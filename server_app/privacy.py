@@ -4,10 +4,11 @@ run callback.
 `dp = 'sample'`: every train request carries a `privacy` record with the DP-SGD settings and the
 ledger, the steps each client has taken in earlier rounds (a deployed ClientApp keeps nothing
 between messages, so the server keeps it for the clients); each train reply's `privacy` report adds
-its steps to the ledger. `dp = 'client'`: the strategy's wrapper (`ClientLevelDP`) noises each
-aggregate and counts them. Either way each round's record gets `privacy`: ε at δ (the largest and
-mean of the clients' under `sample`, the federation's under `client`), and under `sample` the
-clients whose target stopped their training (`stopped-clients`) and every client's ε
+its steps to the ledger. `dp = 'client'`: the strategy's wrapper (`ClientLevelDP`) or, for
+per-client aggregates, its layer (`AggregateNoise`) noises each aggregate and accounts for it.
+Either way each round's record gets `privacy`: ε at δ (the largest and mean of the clients' under
+`sample`, the federation's under `client`), and under `sample` the clients whose target stopped
+their training (`stopped-clients`) and every client's ε
 (`epsilon-per-client`, clients that never trained 0); the summary gets the final values (and each
 client's `epsilon`). The ledger is this component's checkpointed state.
 """
@@ -21,7 +22,7 @@ from typing import Any
 from flwr.app import ConfigRecord
 
 from server_app.callbacks import Replies, RunCallback
-from strategies.shared.private_aggregation import ClientLevelDP
+from strategies.shared.private_aggregation import accountant
 from strategies.shared.privacy import (PRIVACY, Entry, PrivacyInstructions, PrivacyReport, epsilon,
                                        ledger_fields, merged)
 from strategies.shared.run_config import RunConfig
@@ -56,13 +57,7 @@ class Privacy(RunCallback):
 
     def train_replies(self, server_round: int, replies: Replies) -> dict[str, Any]:
         cfg = self.cfg
-        if cfg.dp == "client":
-            strategy = self.run.strategy
-            if not isinstance(strategy, ClientLevelDP):
-                return {}
-            return {"privacy": {"epsilon": strategy.epsilon(), "delta": cfg.dp_delta,
-                                "aggregates": strategy.releases}}
-        if cfg.dp != "sample":
+        if cfg.dp != "sample":  # dp='client': `round_fields`, once the round's phases are done
             return {}
         stopped = []
         for client, reply in replies:
@@ -86,6 +81,14 @@ class Privacy(RunCallback):
                             "delta": cfg.dp_delta, "stopped-clients": len(self.stopped),
                             "epsilon-per-client": per_client}}
 
+    def round_fields(self, server_round: int) -> dict[str, Any]:
+        """dp='client': ε after the round, every phase of it included (a method's exchanges after
+        the aggregation upload too)."""
+        if self.cfg.dp != "client":
+            return {}
+        layer = accountant(self.run.strategy)
+        return {} if layer is None else {"privacy": layer.round_fields()}
+
     def run_finished(self, summary: dict[str, Any]) -> None:
         cfg = self.cfg
         if cfg.dp == "off":
@@ -94,11 +97,9 @@ class Privacy(RunCallback):
                                   "noise-multiplier": cfg.dp_noise_multiplier,
                                   "target-epsilon": cfg.dp_target_epsilon or None}
         if cfg.dp == "client":
-            strategy = self.run.strategy
-            if isinstance(strategy, ClientLevelDP):
-                fields.update(epsilon=strategy.epsilon(), aggregates=strategy.releases,
-                              stopped_round=strategy.stopped_at)
-                fields["stopped-round"] = fields.pop("stopped_round")
+            layer = accountant(self.run.strategy)
+            if layer is not None:
+                fields.update(layer.summary_fields())
         else:
             per_client = {c: self.client_epsilon(c) for c in range(cfg.num_clients)}
             fields.update({"epsilon-max": max(per_client.values(), default=0.0),

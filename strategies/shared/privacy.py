@@ -190,6 +190,50 @@ class PrivacyReport(Record):
         return list(zip(self.noise, self.rates, self.steps))
 
 
+# --- client-level DP's clipping and the noised uploads --------------------------------------------
+DP_UPLOAD = "dp-upload"  # request record (UploadInstructions): noise the named records of the reply
+
+
+def clip_scale(norm: float, clip_norm: float) -> float:
+    """The factor that clips a vector of L2 norm `norm` to at most `clip_norm` (1: within it)."""
+    return min(1.0, clip_norm / (norm + 1e-12))
+
+
+class UploadInstructions(Record):
+    """`dp-upload` of a request under `dp = 'client'`: the reply's ArrayRecords named in `records`
+    leave the client clipped (each record's floating arrays together) to L2 norm `clip-norm` and
+    with Gaussian noise of std `noise-multiplier` × `clip-norm` on every value, drawn from a
+    generator seeded by `seed` (`noised_record`)."""
+
+    noise_multiplier: float = Field(gt=0.0)
+    clip_norm: float = Field(gt=0.0)
+    records: list[str]
+    seed: int = Field(ge=0)
+
+
+def noised_record(record: Any, clip_norm: float, std: float, generator: Any) -> Any:
+    """`record` (an ArrayRecord) with its floating arrays clipped together to L2 norm `clip_norm`
+    and N(0, std²) added to each value (float64 arithmetic, each array back in its dtype; the
+    others as they are): one Gaussian mechanism of sensitivity `clip_norm`."""
+    import numpy as np
+    import torch
+    from flwr.app import Array, ArrayRecord
+
+    values = {name: record[name].numpy() for name in record.keys()}
+    floating = [n for n, v in values.items() if np.issubdtype(v.dtype, np.floating)]
+    norm = float(np.sqrt(sum(float(np.square(values[n].astype(np.float64)).sum())
+                             for n in floating)))
+    scale = clip_scale(norm, clip_norm)
+    out = {}
+    for name, value in values.items():
+        if name in floating:
+            noise = torch.normal(0.0, std, size=value.shape, generator=generator,
+                                 dtype=torch.float64).numpy() if value.size else 0.0
+            value = (value.astype(np.float64) * scale + noise).astype(value.dtype)
+        out[name] = Array(np.ascontiguousarray(value))
+    return ArrayRecord(out)
+
+
 # --- run-config checks ---------------------------------------------------------------------------
 def check(cfg: RunConfig, modes: tuple[str, ...] = (), safeguard_method: bool = False,
           methods: tuple[str, ...] = (), refused: str = "") -> None:

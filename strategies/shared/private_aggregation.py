@@ -1,6 +1,16 @@
-"""Client-level differential privacy's aggregation (`dp = 'client'`, strategies/shared/privacy.py):
-a wrapper of a FedAvg-type strategy that clips each client's update and noises each aggregate. Only
-the server imports it."""
+"""Client-level differential privacy's aggregation (`dp = 'client'`, strategies/shared/privacy.py).
+Only the server imports it.
+
+- `ClientLevelDP`: a wrapper of a FedAvg-type strategy (one average of the sampled clients' models)
+  that clips each client's update and noises the aggregate.
+- `AggregateNoise` and its opt-in mixin `PrivateAggregates`: the layer of the methods whose server
+  forms one aggregate per client (or per group) as a weighted sum of the clients' models. The method
+  clips each update against the model the client started from (`AggregateNoise.clip`) and hands the
+  layer every aggregate it forms with its weights over the clients (`AggregateNoise.noised`): each
+  aggregate gets Gaussian noise of std σ·C·(the largest weight one client has in it), its
+  sensitivity. Its clients' non-model uploads are clipped and noised on the client
+  (`upload_instructions`, the client layer `client_app/private_upload.py`). The layer accounts every
+  release per client (module `AggregateNoise` doc)."""
 
 from __future__ import annotations
 
@@ -11,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from flwr.serverapp.strategy import Strategy
 
-from strategies.shared.privacy import Entry, epsilon
+from strategies.shared.privacy import Entry, UploadInstructions, clip_scale, epsilon
 
 if TYPE_CHECKING:
     from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
@@ -26,13 +36,9 @@ def wrap(cfg: RunConfig, strategy: Strategy) -> Strategy:
     """`strategy`, wrapped for client-level DP when the run config asks for it."""
     if cfg.dp != "client":
         return strategy
-    from strategies.shared.personalized import PersonalizedStrategy
-
-    if isinstance(strategy, PersonalizedStrategy):
-        from strategies.shared.settings import ConfigError
-
-        raise ConfigError(f"run config: dp = 'client' with method '{cfg.method}': its per-client "
-                          "aggregates are not noised yet; set dp='off'")
+    if isinstance(strategy, PrivateAggregates):
+        strategy.use_private(AggregateNoise.of(cfg))
+        return strategy
     sampled = max(int(cfg.fraction_train * cfg.num_clients), 1)
     return ClientLevelDP(strategy, noise_multiplier=cfg.dp_noise_multiplier,
                          clip_norm=cfg.dp_clip_norm, delta=cfg.dp_delta,
@@ -116,7 +122,7 @@ class ClientLevelDP(Strategy):
             record = next(iter(reply.content.array_records.values()))
             update = {n: record[n].numpy().astype(np.float64) - sent[n] for n in floating}
             norm = math.sqrt(sum(float(np.square(u).sum()) for u in update.values()))
-            scale = min(1.0, self.clip_norm / (norm + 1e-12))
+            scale = clip_scale(norm, self.clip_norm)
             for n in floating:
                 total[n] += update[n] * scale
         generator = torch.Generator().manual_seed(_seed(self.seed, server_round, NOISE_STREAM))
@@ -142,3 +148,203 @@ class ClientLevelDP(Strategy):
 
     def summary(self) -> None:
         self.strategy.summary()
+
+    # --- what the run records (server_app/privacy.py) ------------------------------------------
+    def round_fields(self) -> dict[str, Any]:
+        return {"epsilon": self.epsilon(), "delta": self.delta, "aggregates": self.releases}
+
+    def summary_fields(self) -> dict[str, Any]:
+        return {"epsilon": self.epsilon(), "aggregates": self.releases,
+                "stopped-round": self.stopped_at}
+
+
+# --- per-client aggregates ----------------------------------------------------------------------
+AGGREGATE_STREAM, UPLOAD_STREAM = 31, 37  # keep the layer's noise seeds apart
+ROW_BLOCK = 256  # rows of an aggregate matrix noised per draw (no second [N, P] buffer)
+
+
+class AggregateNoise:
+    """Client-level DP of per-client aggregates, and its accountant.
+
+    Clipping: a client's trained model v becomes s + clip(v − s, C), s the model it started from
+    (a released aggregate), C = `dp-clip-norm`. Aggregates: an aggregate a_r = Σ_k W_rk·v_k (any
+    weights a method forms: a GCN's propagation, a neighbourhood mean, FedAvg's n-weighted mean)
+    changes by at most C·W_rk when client k's data go (its update is then 0, as under DP-FedAvg), so
+    a_r gets N(0, (σ·C·m_r)² I), m_r = max_k W_rk over the clients whose rows carry their data
+    (`sensitive`), σ = `dp-noise-multiplier`. Uploads: each noised upload record (clipped to
+    `dp-upload-clip-norm` C_u on the client, std σ_u·C_u, σ_u = `dp-upload-noise-multiplier`) is one
+    Gaussian mechanism of noise multiplier σ_u on that client's data.
+
+    Accounting: every release is a Gaussian mechanism without subsampling (a stale row enters every
+    round's aggregates, so no round leaves a client out), and Gaussian mechanisms at sampling rate 1
+    compose exactly into one Gaussian: Rényi DP of order α adds up to α·ρ_k/2 with
+    ρ_k = Σ_mechanisms (sensitivity to k / std)² = Σ_r (W_rk/m_r)²/σ² + (its uploads)/σ_u². The
+    client's ε at δ is Opacus' RDP accountant's for one Gaussian step of noise multiplier 1/√ρ_k
+    (`epsilon`), and the run's ε is the largest client's: it bounds what everything the server sends
+    out, together, reveals about any one client. With a target ε a round starts only if a round
+    costing what the last did keeps ε within it, and a round's aggregates are withheld (the models
+    stay as they are) when they would take ε past it; training then stops."""
+
+    def __init__(self, *, noise_multiplier: float, clip_norm: float, upload_noise_multiplier: float,
+                 upload_clip_norm: float, delta: float, target_epsilon: float, num_clients: int,
+                 seed: int) -> None:
+        import torch
+
+        self.noise_multiplier = noise_multiplier
+        self.clip_norm = clip_norm
+        self.upload_noise_multiplier = upload_noise_multiplier
+        self.upload_clip_norm = upload_clip_norm
+        self.delta = delta
+        self.target_epsilon = target_epsilon
+        self.seed = seed
+        self.rho = torch.zeros(num_clients, dtype=torch.float64)  # Σ (sensitivity / std)² per client
+        self.aggregates = 0  # noised aggregates released
+        self.uploads = 0  # noised upload records received
+        self.stopped_at: int | None = None  # the first round the budget stopped
+        self.draws = 0  # noise draws so far (each gets its own seed)
+        self._round_start = self.rho.clone()
+        self._last = torch.zeros_like(self.rho)  # the last round's ρ increment per client
+        self._started = False  # a round has started
+
+    @classmethod
+    def of(cls, cfg: RunConfig) -> AggregateNoise:
+        return cls(noise_multiplier=cfg.dp_noise_multiplier, clip_norm=cfg.dp_clip_norm,
+                   upload_noise_multiplier=cfg.dp_upload_noise_multiplier,
+                   upload_clip_norm=cfg.dp_upload_clip_norm, delta=cfg.dp_delta,
+                   target_epsilon=cfg.dp_target_epsilon, num_clients=cfg.num_clients,
+                   seed=cfg.seed)
+
+    # --- accounting -----------------------------------------------------------------------------
+    def epsilon_of(self, rho: float) -> float:
+        """ε at δ of Gaussian mechanisms (rate 1) whose (sensitivity / std)² sum to `rho`."""
+        return epsilon([(1.0 / math.sqrt(rho), 1.0, 1)], self.delta) if rho > 0 else 0.0
+
+    def epsilon(self) -> float:
+        """The largest client's ε so far."""
+        return self.epsilon_of(float(self.rho.max()))
+
+    def epsilons(self) -> list[float]:
+        """Every client's ε so far."""
+        return [self.epsilon_of(float(r)) for r in self.rho]
+
+    def affordable(self, extra: Any) -> bool:
+        """Whether ρ + `extra` keeps every client within the target (always, without one)."""
+        return self.target_epsilon <= 0 or self.epsilon_of(
+            float((self.rho + extra).max())) <= self.target_epsilon
+
+    def begin_round(self, server_round: int) -> bool:
+        """A round starts (True) unless one costing what the last did (all its phases, from one
+        start to the next) would take ε past the target."""
+        if self._started:
+            self._last = self.rho - self._round_start
+        if self.stopped_at is None and not self.affordable(self._last):
+            self.stop(server_round)
+        if self.stopped_at is not None:
+            return False
+        self._round_start, self._started = self.rho.clone(), True
+        return True
+
+    def stop(self, server_round: int) -> None:
+        if self.stopped_at is None:
+            self.stopped_at = server_round
+            log.info("round %d: client-level DP budget spent (ε = %.3f of dp-target-epsilon = %g); "
+                     "no more training", server_round, self.epsilon(), self.target_epsilon)
+
+    def charge_uploads(self, clients: Iterable[int], records: int = 1) -> None:
+        """Charge `records` noised upload records received from each of `clients`."""
+        for client in clients:
+            self.rho[client] += records / self.upload_noise_multiplier ** 2
+            self.uploads += records
+
+    # --- clipping and noise -----------------------------------------------------------------------
+    def clip(self, row: Any, start: Any) -> Any:
+        """start + clip(row − start, C), in `row`'s dtype (float64 arithmetic)."""
+        import torch
+
+        update = row.to(torch.float64) - start.to(torch.float64)
+        scale = clip_scale(float(update.norm()), self.clip_norm)
+        return (start.to(torch.float64) + update * scale).to(row.dtype)
+
+    def cost(self, weights: Any, sensitive: Any) -> tuple[Any, Any]:
+        """(std [R] of each aggregate's noise, ρ increment [N] per client) of aggregates with
+        `weights` [R, N] over the clients, `sensitive` [N] the clients whose rows carry their data
+        (the others' rows are earlier releases or the initial model: no sensitivity)."""
+        import torch
+
+        w = torch.as_tensor(weights, dtype=torch.float64).abs()
+        w = w * torch.as_tensor(sensitive, dtype=torch.bool).to(torch.float64)[None, :]
+        largest = w.max(dim=1).values if w.numel() else torch.zeros(w.shape[0], dtype=torch.float64)
+        ratio = torch.where(largest[:, None] > 0, w / largest.clamp_min(1e-300)[:, None],
+                            torch.zeros_like(w))
+        return (self.noise_multiplier * self.clip_norm * largest,
+                (ratio ** 2).sum(dim=0) / self.noise_multiplier ** 2)
+
+    def noised(self, server_round: int, rows: Any, weights: Any, sensitive: Any,
+               charge: bool = True) -> bool:
+        """Add each aggregate's noise to `rows` [R, P] in place (`cost`) and charge it; False (rows
+        untouched, training stopped) when the target does not allow it. `charge=False`: the cost
+        was charged with `afford` already."""
+        import torch
+
+        std, extra = self.cost(weights, sensitive)
+        if charge and not self.afford(server_round, extra):
+            return False
+        generator = torch.Generator().manual_seed(self.next_seed(AGGREGATE_STREAM))
+        for first in range(0, rows.shape[0], ROW_BLOCK):
+            block = rows[first:first + ROW_BLOCK]
+            noise = torch.randn(block.shape, generator=generator, dtype=torch.float64)
+            block += (noise * std[first:first + ROW_BLOCK, None]).to(block.dtype)
+        self.aggregates += int((std > 0).sum())
+        return True
+
+    def afford(self, server_round: int, extra: Any) -> bool:
+        """Charge `extra` [N] if the target allows it (True); else stop training (False)."""
+        if not self.affordable(extra):
+            self.stop(server_round)
+            return False
+        self.rho += extra
+        return True
+
+    def next_seed(self, stream: int) -> int:
+        self.draws += 1
+        return _seed(self.seed, stream, self.draws)
+
+    def upload_instructions(self, records: list[str]) -> Any:
+        """The `dp-upload` record of a request whose reply carries the non-model `records`."""
+        return UploadInstructions(noise_multiplier=self.upload_noise_multiplier,
+                                  clip_norm=self.upload_clip_norm, records=records,
+                                  seed=self.next_seed(UPLOAD_STREAM)).config()
+
+    # --- what the run records (server_app/privacy.py) ------------------------------------------
+    def round_fields(self) -> dict[str, Any]:
+        return {"epsilon": self.epsilon(), "delta": self.delta, "aggregates": self.aggregates,
+                "uploads": self.uploads, "epsilon-per-client": self.epsilons()}
+
+    def summary_fields(self) -> dict[str, Any]:
+        return {"epsilon": self.epsilon(), "aggregates": self.aggregates, "uploads": self.uploads,
+                "upload-noise-multiplier": self.upload_noise_multiplier,
+                "stopped-round": self.stopped_at}
+
+
+class PrivateAggregates:
+    """The opt-in of a per-client-aggregate strategy to `AggregateNoise` (put it first among the
+    bases): `private` is the layer under `dp = 'client'` and None otherwise, when nothing here
+    changes a step. A round starts only when the layer allows it (`begin_round`)."""
+
+    private: AggregateNoise | None = None
+
+    def use_private(self, layer: AggregateNoise) -> None:
+        self.private = layer
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                        grid: Grid) -> Iterable[Message]:
+        if self.private is not None and not self.private.begin_round(server_round):
+            return []
+        return super().configure_train(server_round, arrays, config, grid)  # type: ignore[misc]
+
+
+def accountant(strategy: Any) -> ClientLevelDP | AggregateNoise | None:
+    """The client-level accountant of a run's strategy (None: it runs without one)."""
+    if isinstance(strategy, ClientLevelDP):
+        return strategy
+    return getattr(strategy, "private", None)

@@ -73,6 +73,8 @@ from strategies.shared.client_matrix import ClientMatrixStorage
 from strategies.shared.graph import fresh_graph, structure_share
 from strategies.shared.messages import CONFIG, GLOBAL, METRICS, MODEL, PERSONAL
 from strategies.shared.personalized import PersonalizedStrategy, weighted_mean
+from strategies.shared.privacy import DP_UPLOAD
+from strategies.shared.private_aggregation import PrivateAggregates
 from strategies.shared.phases import CountsTraffic, Phase, PhasedStrategy, Steps
 from strategies.shared.priors import ClientReports, check_adjacency
 from strategies.methods.fedska.structure_learning import (
@@ -92,8 +94,16 @@ GRAPH_HISTORY_MAX_CLIENTS = 256  # keep every round's S (learned-graphs.npy, per
 HEAD_PREFIX = "head."
 
 
-class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
-    """FedSKA's server half (spec §3). Client models are rows of V (their last trained model)."""
+class FedSKA(PrivateAggregates, PersonalizedStrategy, PhasedStrategy, CountsTraffic):
+    """FedSKA's server half (spec §3). Client models are rows of V (their last trained model).
+
+    Under `dp = 'client'` (`PrivateAggregates`): each trained model is clipped against the model
+    the client started from; w̄ gets noise σ·C·(the largest n-weight) and every graph start u_k
+    noise σ·C·(the largest weight of Ŝ's row k on a trained client); the descriptors, slot
+    features and slot-loss gradients leave the clients clipped and noised (`dp-upload`), so S, P,
+    GNN_E and H^g are computed from noised uploads only (docs/privacy.md)."""
+
+    UPLOADS = (DESCRIPTOR, SLOT_FEATURES, GRAD)  # what a train reply may carry besides the model
 
     train_message_type = TRAIN_FEDSKA
     train_reply = FedSKATrainReply
@@ -155,6 +165,10 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
         self._carried_losses: list[float] = []
         self._completed_losses: list[float] = []
         self._online = num_clients  # reachable clients at the last after_aggregate
+        # dp='client': the global model this round's train messages carry, and the clients sent
+        # their graph start instead (what each trained model is clipped against)
+        self._dp_global: ArrayRecord | None = None
+        self._dp_from_start: set[int] = set()
 
     @property
     def described(self) -> torch.Tensor:
@@ -178,6 +192,11 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
                 records[HEAD] = self._pending[0]  # the last query.ska_grad, at graph_target
         records[CONFIG] = FedSKATrain.extending(config, lambda_s=self.settings.lambda_s,
                                                 num_slots=slots, embed_slots=embed).config()
+        if self.private is not None:
+            self._dp_global = arrays
+            if start is not None:
+                self._dp_from_start.add(client)
+            records[DP_UPLOAD] = self.private.upload_instructions(list(self.UPLOADS))
         return RecordDict(records)
 
     def start_arrays(self, client: int) -> ArrayRecord | None:
@@ -190,6 +209,11 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
         """V_k ← the trained model; H^c_k ← its descriptor (a malformed one keeps the stale row);
         the client's mean L_S (1 − cos to h^g) is reported per round."""
         self.personal[client] = self.layout.row(content[MODEL])
+        if self.private is not None:  # the model it started from + clip(its update, C)
+            start = (self.starts[client] if client in self._dp_from_start
+                     else self.layout.row(self._dp_global))
+            self.personal[client] = self.private.clip(self.personal[client], start)
+            self.private.charge_uploads([client], sum(name in content for name in self.UPLOADS))
         self._trained.append(client)
         metrics = FedSKATrainReply.read(content[METRICS])
         if metrics.structure_loss is not None:
@@ -236,7 +260,12 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
         self._mark, self._round_bytes = (0, 0), {}  # the runner's counts restart every round
         self._close_phase("train", len(trained))
         index = torch.tensor(trained)
-        arrays = self.layout.arrays(weighted_mean(self.personal[index], self.num_examples[index]))
+        mean = weighted_mean(self.personal[index], self.num_examples[index])
+        if self.private is not None:
+            self._dp_from_start = set()
+            if not self._private_mean(server_round, mean, trained):
+                return None  # the budget is spent: w̄ and the starts stay as they are
+        arrays = self.layout.arrays(mean)
         report: dict[str, Any] = {}
         if self._structure_losses:
             report["fedska-structure-loss"] = float(np.mean(self._structure_losses))
@@ -251,7 +280,9 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
         if self.descriptors is not None:
             report.update(self._learn_structure(server_round))
         if self.settings.start == "graph":
-            self.starts = self.graph_starts()
+            starts = self.graph_starts()
+            if self.private is None or self._private_starts(server_round, starts):
+                self.starts = starts
         report["fedska-server-seconds"] = time.perf_counter() - started
         self._report = report
         self._split_due = (arrays, embedded if self.settings.schedule == "fused" else trained)
@@ -323,6 +354,40 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
             report["fedska-random-knn-share"] = self._random_share(self.truth)
         return report
 
+    def _private_mean(self, server_round: int, mean: torch.Tensor, trained: list[int]) -> bool:
+        """dp='client': w̄ (the n-weighted mean of the clipped models) noised in place with
+        σ·C·(the largest weight); False when the target does not allow it."""
+        share = torch.zeros(1, self.num_clients, dtype=torch.float64)
+        examples = self.num_examples[trained].to(torch.float64)
+        share[0, trained] = examples / examples.sum()
+        sensitive = torch.zeros(self.num_clients, dtype=torch.bool)
+        sensitive[trained] = True
+        return self.private.noised(server_round, mean.unsqueeze(0), share, sensitive)
+
+    def _private_starts(self, server_round: int, starts: torch.Tensor) -> bool:
+        """dp='client': the graph starts of the clients that have trained (the only ones sent)
+        noised in place with σ·C·(the row's largest weight on a trained client); False (the
+        starts stay as they were) when the target does not allow it."""
+        trained = self.last_trained >= 0
+        rows = torch.nonzero(trained).squeeze(1)
+        mix = fresh_graph(self.graph, trained.to(torch.float64))[rows]
+        block = starts[rows]
+        if not self.private.noised(server_round, block, mix, trained):
+            return False
+        starts[rows] = block
+        return True
+
+    def _private_query(self, server_round: int, clients: list[int], records: list[str]
+                       ) -> list[ConfigRecord] | None:
+        """dp='client': one `dp-upload` record per client of a query whose replies carry
+        `records`; None (training stops) when their noise would take ε past the target."""
+        extra = torch.zeros(self.num_clients, dtype=torch.float64)
+        extra[clients] = len(records) / self.private.upload_noise_multiplier ** 2
+        if not self.private.affordable(extra):
+            self.private.stop(server_round)
+            return None
+        return [self.private.upload_instructions(records) for _ in clients]
+
     def graph_starts(self) -> torch.Tensor:
         """U = Ŝ·V with Ŝ = S with the columns of never-trained clients set to 0, rows renormalised
         (`strategies.shared.graph.fresh_graph`): every trained client's start mixes only trained models."""
@@ -335,7 +400,16 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
         slot_config = SlotInstructions(num_slots=self._slot_count(), seed=self.seed).config()
         messages = [Message(RecordDict({GLOBAL: arrays, CONFIG: slot_config}), dst_node_id=c,
                             message_type=QUERY_SKA_EMBED) for c in trained]
-        answered = [client for client, reply in (yield Phase(QUERY_SKA_EMBED, messages))
+        if self.private is not None:
+            uploads = self._private_query(-1, trained, [SLOT_FEATURES])
+            if uploads is None:
+                return {}
+            for message, upload in zip(messages, uploads):
+                message.content[DP_UPLOAD] = upload
+        replies = yield Phase(QUERY_SKA_EMBED, messages)
+        if self.private is not None:
+            self.private.charge_uploads(client for client, _ in replies)
+        answered = [client for client, reply in replies
                     if self._store_slots(client, reply.content[SLOT_FEATURES])]
         self._close_phase("embed", len(trained))
         report: dict[str, Any] = {"fedska-embedded-clients": len(answered)}
@@ -439,9 +513,18 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
             messages = [Message(RecordDict({
                 SLOT_ENCODING: ArrayRecord({H_G: _array(encodings[:, c, :])}), HEAD: head,
                 CONFIG: slot_config}), dst_node_id=c, message_type=QUERY_SKA_GRAD) for c in clients]
+            if self.private is not None:
+                uploads = self._private_query(-1, clients, [GRAD])
+                if uploads is None:
+                    break
+                for message, upload in zip(messages, uploads):
+                    message.content[DP_UPLOAD] = upload
             grads: dict[int, torch.Tensor] = {}
             client_losses = []
-            for client, reply in (yield Phase(QUERY_SKA_GRAD, messages)):
+            replies = yield Phase(QUERY_SKA_GRAD, messages)
+            if self.private is not None:
+                self.private.charge_uploads(client for client, _ in replies)
+            for client, reply in replies:
                 g = self._valid_gradient(client, reply.content[GRAD], encodings)
                 if g is not None:
                     grads[client] = g

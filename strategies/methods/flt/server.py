@@ -53,9 +53,11 @@ from strategies.methods.flt.settings import (
 from strategies.shared.client_matrix import ClientMatrixStorage
 from strategies.shared.graph import share_inside_groups
 from strategies.shared.messages import CONFIG, METRICS, PERSONAL, TRAIN_LOCAL
-from strategies.methods.flt.neighbourhood import NeighbourhoodModels
+from strategies.methods.flt.neighbourhood import NeighbourhoodModels, neighbourhood_weights
 from strategies.shared.params import ParameterLayout
 from strategies.shared.personalized import PersonalizedStrategy, weighted_mean
+from strategies.shared.privacy import DP_UPLOAD
+from strategies.shared.private_aggregation import PrivateAggregates
 from strategies.shared.phases import Phase, PhasedStrategy, Steps
 from strategies.methods.flt.relatedness import (
     Relatedness,
@@ -78,9 +80,16 @@ KMEANS_SEED = 43  # [C] sklearn KMeans(random_state=43)
 _PRETRAIN_STREAM = 13  # mixed into the seed of the server pretraining's batch order
 
 
-class FLT(PersonalizedStrategy, PhasedStrategy):
+class FLT(PrivateAggregates, PersonalizedStrategy, PhasedStrategy):
     """FLT over the reachable clients: FCR inside round 1's `configure_train`, then graph-weighted averaging
-    of per-client models after every round."""
+    of per-client models after every round.
+
+    Under `dp = 'client'` (`PrivateAggregates`): every autoencoder and model a client trains is
+    clipped against the one it was sent, the autoencoder's mean and every distinct neighbourhood
+    aggregate get Gaussian noise of std σ·C·(the largest weight a client trained this round has in
+    it; the held models of the others are earlier releases), and the centroids leave the clients
+    clipped and noised (`dp-upload`), so the graph is built from noised centroids only
+    (docs/privacy.md)."""
 
     train_message_type = TRAIN_LOCAL
 
@@ -130,11 +139,16 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
 
     def absorb(self, client: int, content: RecordDict) -> None:
         super().absorb(client, content)  # row `client` of the trained-models buffer
+        if self.private is not None:  # the model it was sent + clip(its update, C)
+            self.personal[client] = self.private.clip(self.personal[client],
+                                                      self.models.model(client))
         self._trained.append(client)
 
     def after_train(self, server_round: int) -> ArrayRecord | None:
         """w_m ← Σ_j Ã_mj n_j w_j / Σ_j Ã_mj n_j for every m (spec §2 [C], Jacobi, stale included);
         `flt.fresh-only`: over the neighbours trained this round only."""
+        if self.private is not None and self._trained:
+            return self._private_after_train(server_round)
         if self.settings.fresh_only:
             self.models.aggregate_fresh(self.personal, sorted(self._trained), self.num_examples)
             if self._trained and self.hands_out_consensus():  # the trained models' weighted mean
@@ -144,6 +158,36 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
         else:
             self.models.aggregate(self.personal, sorted(self._trained), self.num_examples)
         self._trained = []
+        return None
+
+    def _private_after_train(self, server_round: int) -> None:
+        """dp='client': the same aggregation, then each distinct aggregate it formed noised with
+        σ·C·(its largest weight on a client trained this round) (`AggregateNoise`); withheld (every
+        client keeps its model) when the target does not allow it."""
+        private, models = self.private, self.models
+        trained, self._trained = sorted(set(self._trained)), []
+        sensitive = torch.zeros(self.num_clients, dtype=torch.bool)
+        sensitive[trained] = True
+        examples = self.num_examples.to(torch.float64)
+        if self.settings.fresh_only:
+            mass = models.distinct[:, trained].to(torch.float64) * examples[trained]
+            total = mass.sum(dim=1)
+            reached = total > 0
+            weights = torch.zeros(int(reached.sum()), self.num_clients, dtype=torch.float64)
+            weights[:, trained] = mass[reached] / total[reached, None]
+        else:
+            weights = neighbourhood_weights(models.distinct, examples, torch.float64)
+        if not private.afford(server_round, private.cost(weights, sensitive)[1]):
+            return None
+        if self.settings.fresh_only:
+            models.aggregate_fresh(self.personal, trained, self.num_examples)
+            fresh = models.models[:len(weights)]  # the reached rows come first, in order
+        else:
+            models.aggregate(self.personal, trained, self.num_examples)
+            models.models = models.models * models.scale[:, None]
+            models.scale = torch.ones_like(models.scale)
+            fresh = models.models
+        private.noised(server_round, fresh, weights, sensitive, charge=False)
         return None
 
     def sample_size(self, online: int) -> int:
@@ -278,7 +322,26 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
         self.autoencoder_losses.append(loss)
         log.info("FLT: autoencoder round %d: %d clients, reconstruction loss %.4f", ae_round,
                  len(replies), loss)
+        if self.private is not None:
+            return self._private_autoencoder_mean(arrays, layout, replies, rows, weights)
         return layout.arrays(weighted_mean(rows, weights))
+
+    def _private_autoencoder_mean(self, arrays: ArrayRecord, layout: ParameterLayout,
+                                  replies: list[tuple[int, Message]], rows: torch.Tensor,
+                                  weights: torch.Tensor) -> ArrayRecord:
+        """dp='client': the n-weighted mean of the clipped autoencoders with noise σ·C·(the largest
+        weight); the autoencoder stays as it is when the target does not allow it."""
+        private, start = self.private, layout.row(arrays)
+        rows = torch.stack([private.clip(row, start) for row in rows])
+        clients = [client for client, _ in replies]
+        share = torch.zeros(1, self.num_clients, dtype=torch.float64)
+        share[0, clients] = weights.to(torch.float64) / weights.sum()
+        sensitive = torch.zeros(self.num_clients, dtype=torch.bool)
+        sensitive[clients] = True
+        mean = weighted_mean(rows, weights).unsqueeze(0)
+        if not private.noised(0, mean, share, sensitive):
+            return arrays
+        return layout.arrays(mean[0])
 
     def _query_centroids(self, clients: list[int]) -> Steps[dict[int, np.ndarray]]:
         """`query.flt_embed` to `clients`; returns client → centroids [k_m, e] of valid replies and
@@ -288,8 +351,21 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
                                    latent_dim=s.latent_dim).config()
         content = RecordDict({ENCODER: self.encoder, CONFIG: config})
         messages = [Message(content, dst_node_id=c, message_type=QUERY_FLT_EMBED) for c in clients]
+        private = self.private
+        if private is not None:  # the centroids leave each client clipped and noised
+            extra = torch.zeros(self.num_clients, dtype=torch.float64)
+            extra[list(clients)] = 1.0 / private.upload_noise_multiplier ** 2
+            if not private.affordable(extra):
+                private.stop(0)
+                return {}
+            messages = [Message(RecordDict({ENCODER: self.encoder, CONFIG: config,
+                                            DP_UPLOAD: private.upload_instructions([CENTROIDS])}),
+                                dst_node_id=c, message_type=QUERY_FLT_EMBED) for c in clients]
         found: dict[int, np.ndarray] = {}
-        for client, reply in (yield Phase(QUERY_FLT_EMBED, messages)):
+        replies = yield Phase(QUERY_FLT_EMBED, messages)
+        if private is not None:
+            private.charge_uploads(client for client, _ in replies)
+        for client, reply in replies:
             mu = np.asarray(reply.content[CENTROIDS][CENTROIDS_MU].numpy(), dtype=np.float32)
             if mu.ndim != 2 or mu.shape[1] != s.latent_dim or not 1 <= len(mu) <= s.k \
                     or not np.isfinite(mu).all():
