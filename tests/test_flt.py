@@ -207,15 +207,16 @@ def test_without_client_structure_fcr_falls_back_to_the_complete_graph():
     """Clients whose centroids are noisy copies of one set: a threshold that links some pairs in
     UMAP's 2-D embedding links pairs no closer in the latent space than the rest (contrast near 1),
     so the structure check replaces Ã by the complete graph (FedAvg's neighbourhood); with
-    `min_contrast=None` (flt.no-structure=keep) Ã is kept; a threshold that links no pair also falls
-    back. Clustered clients pass the check with Ã unchanged. A late client joins the complete graph."""
+    `structure_confidence=None` (flt.no-structure=keep) Ã is kept; a threshold that links no pair
+    also falls back. Clustered clients pass the check with Ã unchanged. A late client joins the complete graph."""
     rng = np.random.default_rng(3)
     common = rng.normal(size=(2, 32)) * 8
     noisy = {c: (common + rng.normal(size=(2, 32))).astype(np.float32) for c in range(18)}
     late = noisy.pop(5)
     kept = form_client_relatedness(noisy, 18, gamma=1.0, relative_gamma=0.5)
     assert not kept.complete and kept.adjacency.sum() > 18 and 0.85 < kept.contrast < 1.15
-    checked = form_client_relatedness(noisy, 18, gamma=1.0, relative_gamma=0.5, min_contrast=0.8)
+    checked = form_client_relatedness(noisy, 18, gamma=1.0, relative_gamma=0.5,
+                                      structure_confidence=0.95)
     assert checked.complete and checked.contrast == pytest.approx(kept.contrast)
     np.testing.assert_array_equal(checked.adjacency, kept.adjacency)  # Ã itself is reported as is
     placed = checked.placed
@@ -233,13 +234,14 @@ def test_without_client_structure_fcr_falls_back_to_the_complete_graph():
     models.aggregate_fresh(trained, sampled, sizes)
     mean = (trained[sampled] * sizes[sampled, None]).sum(0) / sizes[sampled].sum()
     torch.testing.assert_close(models.rows(), mean.expand(18, 3))
-    edgeless = form_client_relatedness(noisy, 18, gamma=1.0, relative_gamma=0.05, min_contrast=0.8)
+    edgeless = form_client_relatedness(noisy, 18, gamma=1.0, relative_gamma=0.05,
+                                       structure_confidence=0.95)
     assert edgeless.adjacency.sum() == 18 and edgeless.contrast is None and edgeless.complete
 
     centroids, _ = _clustered_centroids(rng, groups=3, per_group=6)
     plain = form_client_relatedness(centroids, 18, gamma=1.0, relative_gamma=0.05)
     clustered = form_client_relatedness(centroids, 18, gamma=1.0, relative_gamma=0.05,
-                                        min_contrast=0.8)
+                                        structure_confidence=0.95)
     assert not clustered.complete and clustered.contrast < 0.2
     np.testing.assert_array_equal(clustered.aggregation_graph(), plain.aggregation_graph())
 
@@ -283,14 +285,14 @@ def test_only_the_complete_graph_asks_clients_for_the_safeguard_margin():
 
     assert margins(**{"safeguard-margin": 1.5}) == (None, None)  # before FCR: no graph yet
     flt.relatedness = form_client_relatedness(noisy, 18, gamma=1.0, relative_gamma=0.05,
-                                              min_contrast=0.8)
+                                              structure_confidence=0.95)
     assert flt.hands_out_consensus()
     assert margins(**{"safeguard-margin": 1.5}) == (1.5, 1.5)
     assert margins(**{"safeguard-margin": 1.5, "safeguard": "off"}) == (None, None)
     assert margins(**{"safeguard-margin": 0.0}) == (None, None)
     centroids, _ = _clustered_centroids(rng, groups=3, per_group=6)
     flt.relatedness = form_client_relatedness(centroids, 18, gamma=1.0, relative_gamma=0.05,
-                                              min_contrast=0.8)
+                                              structure_confidence=0.95)
     assert not flt.hands_out_consensus()
     assert margins(**{"safeguard-margin": 1.5}) == (None, None)
 
@@ -311,7 +313,7 @@ def test_the_consensus_tells_clients_its_round_and_mass_so_they_can_take_their_u
     flt = FLT(6, 0.5, FLTSection(), input_shape=(1, 28, 28))
     flt.bind(ArrayRecord({"w": torch.zeros(3)}))
     flt.relatedness = form_client_relatedness(noisy, 6, gamma=1.0, relative_gamma=0.05,
-                                              min_contrast=0.8)
+                                              structure_confidence=0.95)
     flt.models.set_graph(flt.relatedness.aggregation_graph())
     assert flt.hands_out_consensus() and flt.consensus_mass() is None
     sent = {1: (torch.tensor([1.0, 2.0, 3.0]), 10), 4: (torch.tensor([4.0, 0.0, -1.0]), 30)}
@@ -341,7 +343,8 @@ def test_flt_discovers_the_clusters_and_beats_fedavg_without_labels_leaving_clie
     report = flt["flt"]
     assert report["ari"] >= 0.9 and report["edges-inside-true-clusters"] >= 0.95
     # its edges are far closer in the latent space than other pairs: the structure check keeps Ã
-    assert report["structure-contrast"] < FLTSection().min_contrast and not report["complete-graph"]
+    assert report["structure-p"] <= 1 - FLTSection().structure_confidence
+    assert not report["complete-graph"]
     assert report["clients-placed"] == 30 and report["uplink-floats-per-client"] == 2 * 128
     assert {"umap", "distance", "threshold", "server-total"} <= set(report["fcr-seconds"])
     # ... and the personalized models are far better than FedAvg's one model

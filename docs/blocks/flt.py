@@ -63,9 +63,11 @@ def defaults(prefix: str) -> str:
          f"with no sampled neighbour at the initial model: label-clusters "
          f"{num(old_graph.value('label-clusters', 0.2, 'flt'))}, worst 5 % "
          f"{num(old_graph.value('label-clusters', 0.2, 'flt', 'worst'))}"),
-        ("`flt.no-structure`, `flt.min-contrast`",
-         f"`{FLTSection().no_structure}`, {FLTSection().min_contrast:g}",
-         "`keep` (the thresholded graph, whatever it links)", _structure_measurement()),
+        ("`flt.no-structure`, `flt.structure-confidence`",
+         f"`{FLTSection().no_structure}`, {FLTSection().structure_confidence:g}",
+         "`keep` (the thresholded graph, whatever it links)",
+         "a confidence level, not measured: its meaning sets it (the structure test below); the "
+         "earlier rule, a contrast below 0.3: " + _structure_measurement()),
     ]
     return table(("key", "default", "paper / reference", "measurement"), rows, align="llll")
 

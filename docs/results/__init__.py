@@ -50,6 +50,7 @@ STUDY_PAGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("flt-scale", "flt_scale", ("fcr", "aggregation")),
     ("sfl-scale", "sfl_scale", ("rows",)),
     ("first-run", "first_run", ()),
+    ("untuned", "untuned", ("rows",)),
 )
 
 

@@ -503,3 +503,56 @@ def sfl_scale(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
                      f"{measured:.1f} (the cost model uses {SPARSE_COST_PER_NONZERO:g}).")
     lines += ["", *meta.get("notes", []), ""]
     return "\n".join(lines)
+
+
+# --- benchmarks.studies.untuned -----------------------------------------------------------------
+UNTUNED_BASELINES = ("fedavg", "fedavg+FT", "local")  # FLT is compared with their maximum
+
+
+def _untuned_delta(row: dict[str, Any]) -> float | None:
+    base = [row["means"].get(b) for b in UNTUNED_BASELINES]
+    if row["means"].get("flt") is None or any(b is None for b in base):
+        return None
+    return row["means"]["flt"] - max(base)
+
+
+def _untuned_setting(s: dict[str, Any]) -> str:
+    k = s["set"]
+    part = k["partition"]
+    if part == "label-clusters":
+        part += f" {k['num-clusters']}×{k['labels-per-cluster']}"
+    elif part == "dirichlet":
+        part += f" α={k['dirichlet-alpha']:g}"
+    elif part == "domains":
+        part += f" {k['domain-rotations']}°"
+    elif part == "shards":
+        part += f" q={k['shards-per-client']}"
+    rounds = f", {k['num-rounds']} rounds" if "num-rounds" in k else ""
+    return (f"{part}, M={k['num-clients']}, n≤{k['max-samples-per-client']}, "
+            f"ρ={k['fraction-train']:g}{rounds}")
+
+
+def untuned(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    lines = [*provenance(meta, f"# {meta['name']}: FLT on settings no rule was tuned on"), "",
+             f"Settings: `{meta['list']}` ({len(rows)} settings, common budget "
+             + ", ".join(f"{k}={v}" for k, v in meta["common"].items()) + ")."
+             + (f" Baselines read from `{meta['baselines']}`." if meta.get("baselines") else ""),
+             "Δ = FLT − max(FedAvg, FedAvg+FT, Local), points. Decision: FLT's graph (*graph*) or "
+             "the complete graph (*complete*: no structure found); p: the structure test's p-value "
+             "where the run reports one (— where the graph has no edge).", ""]
+    table = []
+    for r in rows:
+        m, flt = r["means"], r.get("flt") or {}
+        d = _untuned_delta(r)
+        fmt = (lambda v: "—" if v is None else f"{v:.2f}")
+        p = flt.get("structure-p", flt.get("logged-structure-p"))
+        decision = ("—" if "complete-graph" not in flt
+                    else "complete" if flt["complete-graph"] else "graph")
+        table.append([r["name"], _untuned_setting(r), r["structure"], str(r["seed"]),
+                      fmt(m.get("fedavg")), fmt(m.get("fedavg+FT")), fmt(m.get("local")),
+                      fmt(m.get("flt")), "—" if d is None else f"{d:+.2f}", decision,
+                      "—" if p is None else f"{p:.3f}"])
+    lines += markdown_table(["setting", "partition", "structure", "seed", "FedAvg", "FedAvg+FT",
+                             "Local", "FLT", "Δ", "decision", "p"], "lllrrrrrrlr", table)
+    lines += ["", *meta.get("notes", [])]
+    return "\n".join(lines).rstrip() + "\n"

@@ -7,6 +7,7 @@ known clustering. Vectorised over clients: no Python loop over client pairs."""
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 import warnings
 from collections.abc import Iterator
@@ -86,6 +87,75 @@ def structure_contrast(latent: np.ndarray, adjacency: np.ndarray) -> float | Non
     inside, outside = inside[np.isfinite(inside)], outside[np.isfinite(outside)]
     if inside.size == 0 or outside.size == 0:
         return None
+    return float(np.median(inside) / max(float(np.median(outside)), 1e-12))
+
+
+NULL_DRAWS = 199  # federations without groups drawn by `structure_test` (p-values in steps of 1/200)
+NULL_SEED = 46  # their generator's seed: the decision is a function of the centroids alone
+
+
+@dataclass(frozen=True)
+class StructureTest:
+    """`structure_test`'s answer: the found graph's contrast between client mean codes, the p-value
+    of a contrast that low in a federation without groups, and the draws it was compared with."""
+
+    contrast: float | None  # median ‖z_i − z_j‖ over Ã's edges / over its non-edges (None: undefined)
+    p: float | None  # None where the contrast is undefined
+    draws: int
+
+    def structured(self, confidence: float) -> bool:
+        """Whether the graph's groups are real at `confidence` (p ≤ 1 − confidence)."""
+        return self.p is not None and self.p <= 1.0 - confidence + 1e-12
+
+
+def structure_test(codes: np.ndarray, adjacency: np.ndarray, *, draws: int = NULL_DRAWS,
+                   seed: int = NULL_SEED) -> StructureTest:
+    """Are the groups of the found graph Ã real, or could a federation without groups of the same
+    size and spread have given edges as close?
+
+    `codes` [M, e]: each client's mean latent code (the mean of its centroids). The statistic is the
+    contrast of Ã between them: median distance over its edges / median over its non-edges. The null
+    model is a federation without groups: every client's code is the federation's mean plus its own
+    deviation, drawn at random from one Gaussian shared by all (the covariance of the observed
+    deviations, each client keeping its own deviation's length, so clients with more data stay
+    nearer the mean); in each of `draws` such federations, the graph is the same number of *closest*
+    pairs (the most favourable graph for the null, so the test errs towards no structure), and its
+    contrast is computed the same way. p = (1 + #{null contrast ≤ found contrast}) / (draws + 1): the
+    chance that a federation without groups shows edges at least this much closer than its
+    non-edges. Deterministic (seeded generator)."""
+    codes = np.asarray(codes, dtype=np.float64)
+    linked = np.asarray(adjacency) > 0
+    count = len(codes)
+    upper = np.triu_indices(count, k=1)
+    edges = linked[upper] | linked.T[upper]
+    distance = _pair_distances(codes)[upper]
+    if count < 3 or edges.all() or not edges.any():
+        return StructureTest(None, None, draws)
+    found = _contrast(distance[edges], distance[~edges])
+    deviation = codes - codes.mean(axis=0)
+    length = np.linalg.norm(deviation, axis=1)
+    unit = deviation / np.maximum(length, 1e-12)[:, None]
+    rng = np.random.default_rng(seed)
+    size = int(edges.sum())
+    below = 0
+    for _ in range(draws):
+        # each row: a Gaussian with the covariance of the observed directions (E‖·‖² = 1), scaled
+        # by the client's own deviation
+        mix = rng.standard_normal((count, count)) @ unit / math.sqrt(count)
+        pairs = _pair_distances(length[:, None] * mix)[upper]
+        order = np.argpartition(pairs, size - 1)
+        null = _contrast(pairs[order[:size]], pairs[order[size:]])
+        below += null <= found
+    return StructureTest(found, (1 + below) / (draws + 1), draws)
+
+
+def _pair_distances(points: np.ndarray) -> np.ndarray:
+    squared = (points * points).sum(axis=1)
+    gram = squared[:, None] + squared[None, :] - 2.0 * (points @ points.T)
+    return np.sqrt(np.maximum(gram, 0.0))
+
+
+def _contrast(inside: np.ndarray, outside: np.ndarray) -> float:
     return float(np.median(inside) / max(float(np.median(outside)), 1e-12))
 
 
@@ -189,6 +259,24 @@ class Relatedness:
     seconds: dict[str, float] = field(default_factory=dict)
     contrast: float | None = None  # `structure_contrast` of the thresholded Ã (None: undefined)
     complete: bool = False  # no structure found: every placed client is every other's neighbour
+    test: StructureTest | None = None  # `structure_test` of Ã (None: not run, flt.no-structure=keep)
+
+    def retest(self, confidence: float) -> bool:
+        """Run the structure test again over every placed client (clients placed after FCR bring
+        their codes and edges: more evidence) and set `complete` from it; True when it changed."""
+        placed = self.placed
+        if len(placed) < 2:
+            return False
+        self.test = structure_test(np.stack([self.centroids[c].mean(axis=0) for c in placed]),
+                                   self.adjacency[np.ix_(placed, placed)])
+        complete = not self.test.structured(confidence)
+        changed = complete != self.complete
+        self.complete = complete
+        if not complete and self.num_clusters > 0 and self.clusters is None:  # Ward's cut, now due
+            self.clusters = np.full(self.num_clients, -1, dtype=np.int64)
+            self.clusters[placed] = ward_clusters(self.adjacency[np.ix_(placed, placed)],
+                                                  self.num_clusters)
+        return changed
 
     @property
     def placed(self) -> list[int]:
@@ -237,7 +325,7 @@ def relative_threshold(distance: np.ndarray, fraction: float) -> float:
 def form_client_relatedness(
     centroids: dict[int, np.ndarray], num_clients: int, *, gamma: float, distance: str = "matching",
     clusters: int = 0, umap_neighbors: int = 15, relative_gamma: float | None = None,
-    min_contrast: float | None = None,
+    structure_confidence: float | None = None,
 ) -> Relatedness:
     """Server side of FCR (spec §2–3): UMAP over all centroids → A (matching or min-pair distance
     between clients' embedded centroid sets) → Ã = 1[A < γ] with self-loops → optional Ward clusters.
@@ -245,10 +333,13 @@ def form_client_relatedness(
     `relative_gamma`, γ = relative_gamma × the median of A (`relative_threshold`) instead of `gamma`;
     the γ used is kept in `Relatedness.gamma` (late clients are placed against it).
 
-    With `min_contrast`, Ã must pass the structure check: its edges' median latent distance below
-    `min_contrast` × its non-edges' (`structure_contrast`). A graph that fails it, or has no edge,
-    is replaced by the complete graph over the placed clients (`Relatedness.complete`): without
-    groups in the data, FedAvg's average is the neighbourhood every client shares."""
+    With `structure_confidence`, Ã must pass the structure test (`structure_test` on the clients'
+    mean latent codes): its edges must be closer, relative to its non-edges, than a federation
+    without groups of the same size and spread would show them with probability 1 −
+    `structure_confidence`. A graph that fails it, or has no edge, is replaced by the complete graph
+    over the placed clients (`Relatedness.complete`): without groups in the data, FedAvg's average
+    is the neighbourhood every client shares. `structure_contrast` (between centroid sets) is
+    reported either way."""
     clients = sorted(centroids)
     sizes = np.array([len(centroids[c]) for c in clients], dtype=np.int64)
     seconds: dict[str, float] = {}
@@ -273,10 +364,13 @@ def form_client_relatedness(
     seconds["threshold"] = time.perf_counter() - started
 
     started = time.perf_counter()
-    contrast = structure_contrast(set_distances(latent, sizes, latent, sizes, distance),
-                                  adjacency[np.ix_(clients, clients)])
-    complete = min_contrast is not None and (contrast is None or contrast >= min_contrast) \
-        and len(clients) > 1
+    graph = adjacency[np.ix_(clients, clients)]
+    contrast = structure_contrast(set_distances(latent, sizes, latent, sizes, distance), graph)
+    test = None
+    complete = False
+    if structure_confidence is not None and len(clients) > 1:
+        test = structure_test(np.stack([centroids[c].mean(axis=0) for c in clients]), graph)
+        complete = not test.structured(structure_confidence)
     seconds["structure-check"] = time.perf_counter() - started
 
     labels = None
@@ -287,7 +381,7 @@ def form_client_relatedness(
         seconds["clustering"] = time.perf_counter() - started
     seconds["server-total"] = sum(seconds.values())
     return Relatedness(num_clients, gamma, distance, clusters, dict(centroids), points, reducer,
-                       distances, adjacency, labels, seconds, contrast, complete)
+                       distances, adjacency, labels, seconds, contrast, complete, test)
 
 
 def place_client(relatedness: Relatedness, client: int, centroids: np.ndarray) -> None:

@@ -233,7 +233,7 @@ class FLT(PrivateAggregates, PersonalizedStrategy, PhasedStrategy):
             centroids, self.num_clients, gamma=s.gamma, distance=s.distance, clusters=s.clusters,
             umap_neighbors=s.umap_neighbors,
             relative_gamma=s.relative_gamma if s.threshold == "relative" else None,
-            min_contrast=s.min_contrast if s.no_structure == "complete" else None,
+            structure_confidence=s.structure_confidence if s.no_structure == "complete" else None,
         )
         self.models.set_graph(self.relatedness.aggregation_graph())
         self.fcr_seconds.update(self.relatedness.seconds)
@@ -245,14 +245,17 @@ class FLT(PrivateAggregates, PersonalizedStrategy, PhasedStrategy):
                  "(UMAP %.1f s)", len(centroids), self.num_clients, edges, contrast,
                  self.fcr_seconds["total"], self.fcr_seconds.get("umap", 0.0))
         if rel.complete:
-            log.info("FLT: the graph's edges are not much closer in the encoder's space than its "
-                     "other pairs (contrast %s, flt.min-contrast %g; undefined: no edge): no client "
-                     "structure found, averaging over every client (flt.no-structure=keep keeps "
-                     "the thresholded graph)", contrast, s.min_contrast)
+            log.info("FLT: %s: no client structure found at confidence %g, averaging over every "
+                     "client (flt.no-structure=keep keeps the thresholded graph)",
+                     _test_text(rel), s.structure_confidence)
+        elif rel.test is not None:
+            log.info("FLT: %s: the graph's groups are kept at confidence %g", _test_text(rel),
+                     s.structure_confidence)
         self._report = {"flt": {
             "fcr-seconds": dict(self.fcr_seconds), "clients-placed": len(centroids), "edges": edges,
             "structure-contrast": rel.contrast, "complete-graph": rel.complete,
             "autoencoder-loss": list(self.autoencoder_losses),
+            **_test_fields(rel),
         }}
 
     def place_new_clients(self, online: list[int]) -> Steps[None]:
@@ -263,6 +266,11 @@ class FLT(PrivateAggregates, PersonalizedStrategy, PhasedStrategy):
         centroids = yield from self._query_centroids(waiting)
         for client, mu in centroids.items():
             place_client(self.relatedness, client, mu)
+        if centroids and self.relatedness.test is not None:  # the decision is revisited
+            if self.relatedness.retest(self.settings.structure_confidence):
+                log.info("FLT: with the late clients, %s: %s", _test_text(self.relatedness),
+                         "no client structure found, averaging over every client"
+                         if self.relatedness.complete else "the graph's groups are kept")
         if centroids:
             self.models.set_graph(self.relatedness.aggregation_graph())
             log.info("FLT: placed late clients %s", sorted(centroids))
@@ -406,8 +414,8 @@ class FLT(PrivateAggregates, PersonalizedStrategy, PhasedStrategy):
             contrast = "undefined" if rel.contrast is None else f"{rel.contrast:.2f}"
             save_matrix(directory, "graph", rel.aggregation_graph(), order=order,
                         title="FLT: complete graph (no client structure found)",
-                        caption=f"Complete graph: no client structure found (structure contrast "
-                                f"{contrast}, flt.min-contrast {self.settings.min_contrast:g}), so "
+                        caption=f"Complete graph: no client structure found ({_test_text(rel)}, "
+                                f"flt.structure-confidence {self.settings.structure_confidence:g}), so "
                                 "every client averaged over every placed client (FedAvg's "
                                 "neighbourhood); the thresholded graph Ã is shown apart")
         elif rel.clusters is not None:
@@ -439,6 +447,7 @@ class FLT(PrivateAggregates, PersonalizedStrategy, PhasedStrategy):
             "uplink-floats-per-client": float(np.mean([rel.centroids[c].size for c in placed])),
             "fcr-seconds": dict(self.fcr_seconds), "autoencoder-loss": list(self.autoencoder_losses),
             "structure-contrast": rel.contrast, "complete-graph": bool(rel.complete),
+            **_test_fields(rel),
         }
         if true_ids is not None:
             true_ids = np.asarray(true_ids)
@@ -461,6 +470,23 @@ class FLT(PrivateAggregates, PersonalizedStrategy, PhasedStrategy):
         else:
             labels[placed] = connected_components(sub)
         return labels
+
+
+def _test_fields(rel: Relatedness) -> dict[str, Any]:
+    """The structure test's report fields (none under flt.no-structure=keep, which runs no test,
+    nor where Ã has no edge or no non-edge: there is nothing to test, `structure-contrast` is null)."""
+    if rel.test is None or rel.test.p is None:
+        return {}
+    return {"structure-code-contrast": rel.test.contrast, "structure-p": rel.test.p,
+            "structure-draws": rel.test.draws}
+
+
+def _test_text(rel: Relatedness) -> str:
+    test = rel.test
+    if test is None or test.p is None:
+        return "no edge to test" if _edges(rel.adjacency) == 0 else "no pair left unlinked"
+    return (f"edges' code contrast {test.contrast:.2f}, p = {test.p:.3f} against {test.draws} "
+            "federations without groups")
 
 
 def _edges(adjacency: np.ndarray) -> int:

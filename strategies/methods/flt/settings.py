@@ -36,7 +36,9 @@ class FLTSection(MethodSettings):
     umap_neighbors: int = Field(5, ge=2)  # n_neighbors = min(this, Σk − 1) ([C] 15)
     fresh_only: bool = True  # average only the neighbours trained this round (reference code: stale included)
     no_structure: Literal["complete", "keep"] = "complete"  # graph failing the check (paper: keep)
-    min_contrast: float = Field(0.3, gt=0.0)  # Ã passes when its edges' latent distance < this × non-edges'
+    # Ã is kept when a federation without groups shows edges as close (relative to its non-edges)
+    # with probability at most 1 − this (the structure test's p-value); else the complete graph
+    structure_confidence: float = Field(0.95, gt=0.0, lt=1.0)
 
 
 # --- messages -------------------------------------------------------------------------------

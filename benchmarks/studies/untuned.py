@@ -1,8 +1,8 @@
 """Settings no rule was tuned on: FLT against max(FedAvg, FedAvg+FT, Local) on a drawn list.
 
-    python -m benchmarks.untuned --generate            # draw the list (benchmarks/experiments/untuned.toml)
-    python -m benchmarks.untuned --name untuned-before # run FLT and the baselines on every setting
-    python -m benchmarks.untuned --name untuned-after --methods flt --baselines untuned-before
+    python -m benchmarks.studies.untuned --generate            # draw the list (benchmarks/experiments/untuned.toml)
+    python -m benchmarks.studies.untuned --name untuned-before # run FLT and the baselines on every setting
+    python -m benchmarks.studies.untuned --name untuned-after --methods flt --baselines untuned-before
 
 The list is drawn once, from a stated seed (`--draw-seed`, default 46), before a rule is changed, so
 that the rule cannot be fitted to it: seeds not used by the suite (≥ 3), client counts, samples per
@@ -33,9 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import (RESULTS_DIR, benchmark_parser, code_version, log_progress,
-                               machine_facts, markdown_table, provenance, set_threads)
+                               machine_facts, set_threads)
+from docs.results.studies import UNTUNED_BASELINES as BASELINES, untuned as markdown
 
-LIST = Path(__file__).resolve().parent / "experiments" / "untuned.toml"
+LIST = Path(__file__).resolve().parent.parent / "experiments" / "untuned.toml"
 COMMON = {"dataset": "mnist", "model": "mlp", "num-rounds": 10, "local-epochs": 1,
           "batch-size": 32, "lr": 0.05, "finetune-epochs": 1, "checkpoint-every": 0}
 ISSUE_CASE = {"name": "issue-label-clusters-n50", "structure": "groups", "seed": 0,
@@ -82,7 +83,7 @@ def toml_text(draw_seed: int, count: int, settings: list[dict[str, Any]]) -> str
         return json.dumps(v) if isinstance(v, str) else (repr(v) if isinstance(v, float) else str(v))
 
     lines = ["# Settings no rule was tuned on (benchmarks/untuned.py). Drawn by",
-             f"#     python -m benchmarks.untuned --generate --draw-seed {draw_seed} --count {count}",
+             f"#     python -m benchmarks.studies.untuned --generate --draw-seed {draw_seed} --count {count}",
              "# before FLT's structure decision was changed; the last entry is the issue's case.", "",
              "[common]", *(f"{k} = {value(v)}" for k, v in COMMON.items())]
     for s in settings:
@@ -143,56 +144,6 @@ def run(settings: list[dict[str, Any]], common: dict[str, Any], methods: list[st
     return rows
 
 
-BASELINES = ("fedavg", "fedavg+FT", "local")
-
-
-def delta(row: dict[str, Any]) -> float | None:
-    base = [row["means"].get(b) for b in BASELINES]
-    if row["means"].get("flt") is None or any(b is None for b in base):
-        return None
-    return row["means"]["flt"] - max(base)
-
-
-def describe(s: dict[str, Any]) -> str:
-    k = s["set"]
-    part = k["partition"]
-    if part == "label-clusters":
-        part += f" {k['num-clusters']}×{k['labels-per-cluster']}"
-    elif part == "dirichlet":
-        part += f" α={k['dirichlet-alpha']:g}"
-    elif part == "domains":
-        part += f" {k['domain-rotations']}°"
-    elif part == "shards":
-        part += f" q={k['shards-per-client']}"
-    rounds = f", {k['num-rounds']} rounds" if "num-rounds" in k else ""
-    return (f"{part}, M={k['num-clients']}, n≤{k['max-samples-per-client']}, "
-            f"ρ={k['fraction-train']:g}{rounds}")
-
-
-def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
-    lines = [*provenance(meta, f"# {meta['name']}: FLT on settings no rule was tuned on"), "",
-             f"Settings: `{meta['list']}` ({len(rows)} settings, common budget "
-             + ", ".join(f"{k}={v}" for k, v in meta["common"].items()) + ")."
-             + (f" Baselines read from `{meta['baselines']}`." if meta.get("baselines") else ""),
-             "Δ = FLT − max(FedAvg, FedAvg+FT, Local), points. Decision: FLT's graph (*graph*) or "
-             "the complete graph (*complete*: no structure found); p: the structure test's p-value "
-             "where the run reports one.", ""]
-    table = []
-    for r in rows:
-        m, flt = r["means"], r.get("flt") or {}
-        d = delta(r)
-        fmt = (lambda v: "—" if v is None else f"{v:.2f}")
-        p = flt.get("structure-p")
-        decision = "—" if "complete-graph" not in flt else ("complete" if flt["complete-graph"] else "graph")
-        table.append([r["name"], describe(r), r["structure"], str(r["seed"]), fmt(m.get("fedavg")),
-                      fmt(m.get("fedavg+FT")), fmt(m.get("local")), fmt(m.get("flt")),
-                      "—" if d is None else f"{d:+.2f}", decision,
-                      "—" if p is None else f"{p:.3f}"])
-    lines += markdown_table(["setting", "partition", "structure", "seed", "FedAvg", "FedAvg+FT",
-                             "Local", "FLT", "Δ", "decision", "p"], "lllrrrrrrlr", table)
-    return "\n".join(lines) + "\n"
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = benchmark_parser("untuned", __doc__)
@@ -233,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for r in rows:
             for b in BASELINES:
                 r["means"].setdefault(b, stored[r["name"]]["means"].get(b))
-    meta = {"name": args.name, "command": "python -m benchmarks.untuned " + shlex.join(argv),
+    meta = {"name": args.name, "command": "python -m benchmarks.studies.untuned " + shlex.join(argv),
             "date": started, "machine": machine_facts(), "code": code_version(),
             "list": str(path.relative_to(Path.cwd())) if path.is_absolute() and path.is_relative_to(Path.cwd()) else str(path),
             "common": common, "baselines": args.baselines}
