@@ -100,6 +100,9 @@ class Privacy(RunCallback):
             layer = accountant(self.run.strategy)
             if layer is not None:
                 fields.update(layer.summary_fields())
+            per_client = getattr(layer, "client_epsilons", dict)()  # per-client aggregates
+            for client in summary.get("clients", []) if per_client else []:
+                client["epsilon"] = per_client.get(client["client-id"], 0.0)
         else:
             per_client = {c: self.client_epsilon(c) for c in range(cfg.num_clients)}
             fields.update({"epsilon-max": max(per_client.values(), default=0.0),

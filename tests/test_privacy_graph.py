@@ -224,3 +224,9 @@ def test_a_graph_method_under_client_dp_reports_epsilon_every_round(method, tmp_
     assert summary["privacy"]["aggregates"] > 0
     if method in ("flt", "fedska"):  # centroids; descriptors, slot features, gradients
         assert summary["privacy"]["uploads"] > 0
+        assert 0 < summary["privacy"]["epsilon-uploads"] < summary["privacy"]["epsilon"]
+    import csv
+
+    with open(tmp_path / "dp" / "clients.csv") as handle:
+        final = [float(row["epsilon"]) for row in csv.DictReader(handle)]
+    assert max(final) == pytest.approx(spent[-1])

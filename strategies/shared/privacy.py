@@ -13,8 +13,11 @@ Two modes, chosen by the run config's `dp`:
 - `client` (user-level DP-FedAvg): the server clips each client's update to `dp-clip-norm`, averages
   the sampled clients' clipped updates with equal weights and adds Gaussian noise of std
   `dp-noise-multiplier` × `dp-clip-norm` / (clients sampled) to the aggregate
-  (`strategies.shared.private_aggregation.ClientLevelDP`, a wrapper of the method's strategy); once the next aggregate would exceed `dp-target-epsilon`, no
-  client trains any more.
+  (`strategies.shared.private_aggregation.ClientLevelDP`, a wrapper of the method's strategy); once
+  the next aggregate would exceed `dp-target-epsilon`, no client trains any more. Methods whose
+  server forms one aggregate per client opt into `AggregateNoise` instead: each aggregate noised by
+  its own sensitivity, the clients' non-model uploads clipped and noised on the client
+  (`UploadInstructions`, `noised_record`), every release accounted per client.
 
 Both use Opacus' RDP accountant: ε at `dp-delta` of a history of (noise multiplier, sampling rate,
 steps). Which modes a method supports its registry entry declares (`Method.privacy`); `check` rejects

@@ -198,6 +198,7 @@ class AggregateNoise:
         self.target_epsilon = target_epsilon
         self.seed = seed
         self.rho = torch.zeros(num_clients, dtype=torch.float64)  # Σ (sensitivity / std)² per client
+        self.rho_uploads = torch.zeros_like(self.rho)  # the part of ρ from noised uploads
         self.aggregates = 0  # noised aggregates released
         self.uploads = 0  # noised upload records received
         self.stopped_at: int | None = None  # the first round the budget stopped
@@ -254,6 +255,7 @@ class AggregateNoise:
         """Charge `records` noised upload records received from each of `clients`."""
         for client in clients:
             self.rho[client] += records / self.upload_noise_multiplier ** 2
+            self.rho_uploads[client] += records / self.upload_noise_multiplier ** 2
             self.uploads += records
 
     # --- clipping and noise -----------------------------------------------------------------------
@@ -316,14 +318,24 @@ class AggregateNoise:
                                   seed=self.next_seed(UPLOAD_STREAM)).config()
 
     # --- what the run records (server_app/privacy.py) ------------------------------------------
+    def epsilon_uploads(self) -> float:
+        """The largest client's ε of its noised uploads alone (noised on the client, so this much
+        holds for them against the server too)."""
+        return self.epsilon_of(float(self.rho_uploads.max()))
+
     def round_fields(self) -> dict[str, Any]:
         return {"epsilon": self.epsilon(), "delta": self.delta, "aggregates": self.aggregates,
-                "uploads": self.uploads, "epsilon-per-client": self.epsilons()}
+                "uploads": self.uploads, "epsilon-uploads": self.epsilon_uploads(),
+                "epsilon-per-client": self.epsilons()}
 
     def summary_fields(self) -> dict[str, Any]:
         return {"epsilon": self.epsilon(), "aggregates": self.aggregates, "uploads": self.uploads,
+                "epsilon-uploads": self.epsilon_uploads(),
                 "upload-noise-multiplier": self.upload_noise_multiplier,
                 "stopped-round": self.stopped_at}
+
+    def client_epsilons(self) -> dict[int, float]:
+        return dict(enumerate(self.epsilons()))
 
 
 class PrivateAggregates:
