@@ -78,3 +78,19 @@ def test_the_decision_follows_the_confidence_level():
     assert result.structured(1.0 - result.p) and not result.structured(1.0 - result.p + 0.01)
     assert FLTSection().structure_confidence == 0.95
     assert structure_test(codes, (groups[:, None] == groups[None]).astype(float)) == result
+
+
+def test_above_the_client_cap_the_test_runs_on_a_seeded_sample(monkeypatch):
+    """With more clients than `TEST_CLIENTS`, the test samples that many (seeded): groups are still
+    found, noise still is not, and the answer is the same on a second call."""
+    import strategies.methods.flt.relatedness as relatedness
+
+    monkeypatch.setattr(relatedness, "TEST_CLIENTS", 24)
+    rng = np.random.default_rng(5)
+    groups = np.repeat(np.arange(6), 10)
+    codes = rng.normal(size=(6, 64))[groups] * 0.5 + _noise(rng, 60)
+    graph = (groups[:, None] == groups[None]).astype(float)
+    result = relatedness.structure_test(codes, graph)
+    assert result.structured(0.95) and relatedness.structure_test(codes, graph) == result
+    flat = _noise(rng, 60)
+    assert not relatedness.structure_test(flat, _nearest_graph(flat, 60)).structured(0.95)

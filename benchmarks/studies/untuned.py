@@ -1,7 +1,7 @@
-"""Settings no rule was tuned on: FLT against max(FedAvg, FedAvg+FT, Local) on a drawn list.
+"""Does FLT keep up with max(FedAvg, FedAvg+FT, Local) on settings no rule was tuned on, drawn before its structure decision changed?
 
-    python -m benchmarks.studies.untuned --generate            # draw the list (benchmarks/experiments/untuned.toml)
-    python -m benchmarks.studies.untuned --name untuned-before # run FLT and the baselines on every setting
+    python -m benchmarks.studies.untuned --generate             # draw benchmarks/experiments/untuned.toml
+    python -m benchmarks.studies.untuned --name untuned-before  # FLT and the baselines, every setting
     python -m benchmarks.studies.untuned --name untuned-after --methods flt --baselines untuned-before
 
 The list is drawn once, from a stated seed (`--draw-seed`, default 46), before a rule is changed, so
@@ -108,6 +108,22 @@ def load(path: Path = LIST) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return data["common"], data["settings"]
 
 
+def suite_decisions() -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The suite's settings (benchmarks/experiments/suite.toml) at seed 0 and each ρ, one round."""
+    from benchmarks.suite import load_grid
+
+    grid = load_grid()
+    common = {**grid.common, "num-rounds": 1, "finetune-epochs": 0}
+    structure = {"label-clusters": "groups", "domains": "groups"}
+    settings = [{"name": f"suite-{setting.name}-rho{rho:g}", "seed": 0,
+                 "structure": structure.get(setting.name, "label skew"),
+                 "set": {"num-clients": grid.common["num-clients"],
+                         "max-samples-per-client": grid.common["max-samples-per-client"],
+                         **setting.overrides, "fraction-train": rho}}
+                for setting in grid.settings.values() for rho in grid.participation]
+    return common, settings
+
+
 # --- running ----------------------------------------------------------------------------------------
 def means(summary: dict[str, Any]) -> dict[str, float | None]:
     final = summary.get("final") or {}
@@ -158,6 +174,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--only", default=None, help="comma-separated setting names")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="run-config override for every setting (repeatable)")
+    parser.add_argument("--suite", action="store_true",
+                        help="instead of the list: the robustness suite's settings at seed 0 and each "
+                             "of its ρ, FLT alone for one round (its structure decision under both "
+                             "rules; where they agree the suite's FLT numbers are unchanged)")
     parser.add_argument("--results-dir", default=str(RESULTS_DIR))
     args = parser.parse_args(argv)
     path = Path(args.list)
@@ -169,7 +189,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     log_progress()
     set_threads(1)
-    common, settings = load(path)
+    common, settings = suite_decisions() if args.suite else load(path)
+    if args.suite:
+        path = Path("benchmarks/experiments/suite.toml")
     if args.only:
         names = args.only.split(",")
         settings = [s for s in settings if s["name"] in names]

@@ -532,6 +532,16 @@ def _untuned_setting(s: dict[str, Any]) -> str:
             f"ρ={k['fraction-train']:g}{rounds}")
 
 
+def _earlier_rule(flt: dict[str, Any]) -> str:
+    """The contrast between centroid sets and the decision of the rule the structure test replaced."""
+    if "complete-graph" not in flt:
+        return "—"
+    contrast = flt.get("structure-contrast")
+    if contrast is None:
+        return "— complete"
+    return f"{contrast:.2f} {'graph' if contrast < 0.3 else 'complete'}"
+
+
 def untuned(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     lines = [*provenance(meta, f"# {meta['name']}: FLT on settings no rule was tuned on"), "",
              f"Settings: `{meta['list']}` ({len(rows)} settings, common budget "
@@ -539,7 +549,9 @@ def untuned(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
              + (f" Baselines read from `{meta['baselines']}`." if meta.get("baselines") else ""),
              "Δ = FLT − max(FedAvg, FedAvg+FT, Local), points. Decision: FLT's graph (*graph*) or "
              "the complete graph (*complete*: no structure found); p: the structure test's p-value "
-             "where the run reports one (— where the graph has no edge).", ""]
+             "where the run reports one (— where the graph has no edge). 0.3 rule: the graph's "
+             "contrast between centroid sets and what the earlier rule (graph below 0.3) decided "
+             "on the same graph.", ""]
     table = []
     for r in rows:
         m, flt = r["means"], r.get("flt") or {}
@@ -551,8 +563,9 @@ def untuned(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         table.append([r["name"], _untuned_setting(r), r["structure"], str(r["seed"]),
                       fmt(m.get("fedavg")), fmt(m.get("fedavg+FT")), fmt(m.get("local")),
                       fmt(m.get("flt")), "—" if d is None else f"{d:+.2f}", decision,
-                      "—" if p is None else f"{p:.3f}"])
+                      "—" if p is None else f"{p:.3f}", _earlier_rule(flt)])
     lines += markdown_table(["setting", "partition", "structure", "seed", "FedAvg", "FedAvg+FT",
-                             "Local", "FLT", "Δ", "decision", "p"], "lllrrrrrrlr", table)
+                             "Local", "FLT", "Δ", "decision", "p", "0.3 rule"], "lllrrrrrrlrl",
+                            table)
     lines += ["", *meta.get("notes", [])]
     return "\n".join(lines).rstrip() + "\n"
