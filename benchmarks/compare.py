@@ -259,14 +259,19 @@ def grid_runs(grid: dict[str, Any], stem: str, overrides: dict[str, Any],
 def calibrate_noise(settings: dict[str, Any], method: str) -> dict[str, Any]:
     """A grid with `calibrate-noise = true`: a run with `dp` and a `dp-target-epsilon` gets the
     `dp-noise-multiplier` that brings its accountant to that ε after `num-rounds` rounds
-    (`strategies.shared.privacy.calibrated_noise`, rounded up to 4 decimals); other runs as given."""
+    (`strategies.shared.privacy.calibrated_noise`, rounded up to 4 decimals), and the same
+    `dp-upload-noise-multiplier` (the noise of the graph methods' other uploads under
+    dp = 'client'); other runs as given. The graph methods' per-client accountant charges each
+    client for every aggregate it enters, which depends on the graph learned: there the target
+    stops training once spent."""
     from strategies.shared.privacy import calibrated_noise
     from strategies.shared.run_config import RunConfig, default_run_config
 
     cfg = RunConfig.from_flower({**default_run_config(), **settings, "method": method})
     if cfg.dp == "off" or cfg.dp_target_epsilon <= 0:
         return settings
-    return {**settings, "dp-noise-multiplier": math.ceil(calibrated_noise(cfg) * 1e4) / 1e4}
+    sigma = math.ceil(calibrated_noise(cfg) * 1e4) / 1e4
+    return {**settings, "dp-noise-multiplier": sigma, "dp-upload-noise-multiplier": sigma}
 
 
 # --- command line ---------------------------------------------------------------------------------
@@ -286,6 +291,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "is one comparison; --set applies on top of each cell's settings")
     parser.add_argument("--cells", default="", help="with --config: comma-separated cell names to run "
                         "(default: all)")
+    parser.add_argument("--seeds", default="", help="with --config: comma-separated subset of the "
+                        "config's seeds to run (default: all)")
     parser.add_argument("--nodes", type=int, default=None,
                         help="virtual nodes hosting the clients (default: one per client)")
     parser.add_argument("--threads", type=int, default=1,
@@ -328,6 +335,12 @@ def _main_grid(parser: Any, args: Any, argv: Sequence[str]) -> int:
         grid = load_grid(args.config)
         overrides = parse_set(args.set)
         cells = [c.strip() for c in args.cells.split(",") if c.strip()]
+        if args.seeds:
+            seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+            unknown = [s for s in seeds if s not in grid.get("seeds", [0])]
+            if unknown:
+                raise ValueError(f"--seeds {unknown} not in the config's seeds {grid.get('seeds', [0])}")
+            grid = {**grid, "seeds": seeds}
         runs = grid_runs(grid, args.name or Path(args.config).stem, overrides, cells)
         if args.methods:  # a subset of the table's methods
             keep = [m.strip() for m in args.methods.split(",") if m.strip()]
