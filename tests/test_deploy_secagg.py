@@ -7,7 +7,10 @@ remove its pairwise masks from the survivors' sum with the survivors' shares of 
 
 The round completes with the 3 survivors, its model is the plain FedAvg of their updates (an
 in-process run without secure aggregation in which client 2 fails, within the quantization error),
-`rounds.jsonl`'s `secagg` names the dropped client, and the run goes on to its last round.
+`rounds.jsonl`'s `secagg` names the dropped client, and the run goes on to finish (the survivors
+evaluate the round's model). One round: every message costs a ClientApp process, and secure
+aggregation sends four per client and round, so a second round would double the test's time (CI runs
+it on 2 cores); tests/test_secagg.py runs rounds after a drop in process.
 
 The node is stopped with SIGTERM: it signs off, so the SuperLink answers the messages addressed to it
 at once. A SIGKILLed SuperNode is marked offline only after two missed 30 s heartbeats; every phase
@@ -42,9 +45,9 @@ pytestmark = pytest.mark.e2e
 
 DROPPED = 2  # the client (partition) whose SuperNode leaves after share-keys
 JOB = {"method": "fedavg", "dataset": "digits", "model": "mclr", "partition": "iid",
-       "num-clients": 4, "num-rounds": 2, "eval-every": 2, "max-samples-per-client": 100,
+       "num-clients": 4, "num-rounds": 1, "max-samples-per-client": 100,
        "lr": 0.1, "finetune-epochs": 0, "client-threads": 1, "round-timeout": 60.0,
-       "checkpoint-every": 1, "keep-checkpoints": 2}
+       "checkpoint-every": 1}
 SECURE = {"secure-aggregation": "secagg+"}
 # Executors ask for work every 0.1 s instead of 1 s (a Flower setting; see benchmarks/deploy_speed.py).
 FAST = {"FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.1"}
@@ -79,10 +82,11 @@ def in_process(tmp_path: Path, name: str, failing: int | None) -> Models:
     return models
 
 
-def deployed_models(directory: Path) -> dict[int, dict[str, np.ndarray]]:
-    """The global model of each round the run's checkpoints hold."""
-    store = CheckpointStore(directory / "checkpoints", keep=JOB["keep-checkpoints"])
-    return {r: {k: v.numpy() for k, v in store.load(r)["arrays"].items()} for r in store.rounds()}
+def deployed_model(directory: Path) -> dict[str, np.ndarray]:
+    """The global model the run's last checkpoint holds (round 1's)."""
+    state = CheckpointStore(directory / "checkpoints").load_latest()
+    assert state["round"] == 1
+    return {k: v.numpy() for k, v in state["arrays"].items()}
 
 
 def count(path: Path, pattern: str) -> int:
@@ -119,29 +123,23 @@ def test_a_supernode_gone_after_share_keys_is_unmasked_by_the_survivors(tmp_path
 
     directory = tmp_path / "out" / "secagg"
     rounds = [json.loads(line) for line in (directory / "rounds.jsonl").read_text().splitlines()]
-    first, second = rounds[1], rounds[2]
+    first = rounds[1]
     assert first["secagg"] == {"sampled": 4, "survivors": 3, "dropped": [DROPPED], "threshold": 3,
                                "num-shares": 4, "completed": True}
     assert first["clients-trained"] == 3 and first["failed-clients"] == [DROPPED]
-    # the run goes on without the node: round 2 sums the three that are left
-    assert second["secagg"]["completed"] and second["secagg"]["survivors"] == 3
-    assert second["clients-trained"] == 3
-    assert DROPPED in second["failed-clients"] + second["unreachable-clients"]
-    assert json.loads((directory / "summary.json").read_text())["final"]["round"] == 2
+    # the run goes on without the node: the three that are left evaluate the round's model
+    assert first["evaluated-clients"] == 3
+    assert json.loads((directory / "summary.json").read_text())["final"]["round"] == 1
 
     # round 1's model: the plain FedAvg of the survivors' updates, within the quantization error
     # (each survivor's value rounded to a step of 2·clipping-range / quantization-range)
     cfg = RunConfig.from_flower({**default_run_config(), **JOB, **SECURE})
     bound = 3 * 2 * cfg.secagg_clipping_range / cfg.secagg_quantization_range + 1e-6
-    models = deployed_models(directory)
-    assert sorted(models) == [1, 2]
+    model = deployed_model(directory)
     survivors = in_process(tmp_path / "reference", "survivors", DROPPED)
     everyone = in_process(tmp_path / "reference", "everyone", None)
     for name, value in survivors.arrays[1].items():
-        np.testing.assert_allclose(models[1][name], value, rtol=0, atol=bound)
+        np.testing.assert_allclose(model[name], value, rtol=0, atol=bound)
     # and not the mean with the dropped client's update in it
-    assert max(np.abs(models[1][n] - v).max() for n, v in everyone.arrays[1].items()) > 100 * bound
-    # round 2 trained from it: the same run, the error of two rounds
-    for name, value in survivors.arrays[2].items():
-        np.testing.assert_allclose(models[2][name], value, rtol=0, atol=4 * bound)
+    assert max(np.abs(model[n] - v).max() for n, v in everyone.arrays[1].items()) > 100 * bound
     print(f"deployed part: {deployed_seconds:.1f} s")
