@@ -158,3 +158,22 @@ def test_the_command_line_takes_another_grid_file(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--config", str(path), "--settings", "shards"])  # not in this grid
     assert "unknown setting(s) ['shards']; allowed: spirals" in capsys.readouterr().err
+
+
+def test_the_committed_suite_has_every_method_of_the_grid_in_every_cell_and_seed():
+    """benchmarks/results/suite/suite.json (the tables of docs/robustness-suite.md) holds a row of each
+    method the grid lists (scaffold and fedatt included) on every setting × ρ × seed it ran."""
+    from benchmarks.suite import METHODS, SUITE_DIR, delta_table, load_results
+
+    stored = json.loads((SUITE_DIR / "suite.json").read_text())
+    results = load_results(SUITE_DIR / "suite.json")
+    assert {"scaffold", "fedatt"} <= set(METHODS)
+    ran = {(r.setting, r.rho, r.seed, r.method) for r in results if r.mean is not None}
+    missing = [(s, rho, seed, m) for s in stored["settings"] for rho in stored["rhos"]
+               for seed in stored["seeds"] for m in METHODS if (s, rho, seed, m) not in ran]
+    assert missing == []
+    assert set(stored["settings"]) == set(SETTINGS) and stored["seeds"] == [0, 1, 2]
+    matrix = delta_table(SUITE_DIR / "suite.json").splitlines()
+    for method in ("scaffold", "fedatt"):  # a row of the Δ matrix, a Δ in every cell
+        row = next(line for line in matrix if line.startswith(f"| {method} |"))
+        assert "—" not in row
