@@ -1,7 +1,8 @@
 """The Docker Compose demo, run for real: docker/compose.yml with TLS and SuperNode authentication.
 
 Builds the images (docker/scripts/build_images.sh, on local Flower bases unless the official flwr/*
-images are present), makes certificates and keys with docker/scripts/gen_certs.sh and gen_keys.sh,
+images are present; the app image that BOUQUET_TORCH names, the CPU one by default, which
+docker/scripts/check_cpu_image.py then checks inside), makes certificates and keys with docker/scripts/gen_certs.sh and gen_keys.sh,
 brings up the SuperLink, 3 SuperNodes and their executors under Compose project `bouquet-e2e`,
 registers the keys (docker/scripts/register_keys.sh from the `cli` service), runs a job with `flwr
 run` and compares its numbers with the same job in this process, checks that the SuperLink's HTTP
