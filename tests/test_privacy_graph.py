@@ -230,3 +230,14 @@ def test_a_graph_method_under_client_dp_reports_epsilon_every_round(method, tmp_
     with open(tmp_path / "dp" / "clients.csv") as handle:
         final = [float(row["epsilon"]) for row in csv.DictReader(handle)]
     assert max(final) == pytest.approx(spent[-1])
+
+
+def test_a_target_epsilon_stops_a_graph_methods_training_before_it_is_passed(tmp_path):
+    # ε after rounds 1, 2, 3 without a target: 3.77, 5.79, 7.49; a round costs about what the last did
+    summary = simulate({**BASE, "method": "sfl", "num-rounds": 3, "dp-target-epsilon": 6.5,
+                        "output-dir": str(tmp_path), "run-name": "t"})
+    rows = [json.loads(line) for line in (tmp_path / "t" / "rounds.jsonl").read_text().splitlines()]
+    spent = [r["privacy"]["epsilon"] for r in rows if r["round"] > 0]
+    assert spent[-1] == spent[-2] and all(e <= 6.5 for e in spent)  # round 3 trained nobody
+    assert rows[-1]["clients-trained"] == 0
+    assert summary["privacy"]["stopped-round"] == 3 and summary["privacy"]["epsilon"] <= 6.5

@@ -206,6 +206,7 @@ class AggregateNoise:
         self._round_start = self.rho.clone()
         self._last = torch.zeros_like(self.rho)  # the last round's ρ increment per client
         self._started = False  # a round has started
+        self.round = 0  # the last round that started training
 
     @classmethod
     def of(cls, cfg: RunConfig) -> AggregateNoise:
@@ -242,7 +243,7 @@ class AggregateNoise:
             self.stop(server_round)
         if self.stopped_at is not None:
             return False
-        self._round_start, self._started = self.rho.clone(), True
+        self._round_start, self._started, self.round = self.rho.clone(), True, server_round
         return True
 
     def stop(self, server_round: int) -> None:

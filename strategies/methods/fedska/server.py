@@ -401,7 +401,7 @@ class FedSKA(PrivateAggregates, PersonalizedStrategy, PhasedStrategy, CountsTraf
         messages = [Message(RecordDict({GLOBAL: arrays, CONFIG: slot_config}), dst_node_id=c,
                             message_type=QUERY_SKA_EMBED) for c in trained]
         if self.private is not None:
-            uploads = self._private_query(-1, trained, [SLOT_FEATURES])
+            uploads = self._private_query(self.private.round, trained, [SLOT_FEATURES])
             if uploads is None:
                 return {}
             for message, upload in zip(messages, uploads):
@@ -514,7 +514,7 @@ class FedSKA(PrivateAggregates, PersonalizedStrategy, PhasedStrategy, CountsTraf
                 SLOT_ENCODING: ArrayRecord({H_G: _array(encodings[:, c, :])}), HEAD: head,
                 CONFIG: slot_config}), dst_node_id=c, message_type=QUERY_SKA_GRAD) for c in clients]
             if self.private is not None:
-                uploads = self._private_query(-1, clients, [GRAD])
+                uploads = self._private_query(self.private.round, clients, [GRAD])
                 if uploads is None:
                     break
                 for message, upload in zip(messages, uploads):

@@ -347,7 +347,7 @@ class FLT(PrivateAggregates, PersonalizedStrategy, PhasedStrategy):
         sensitive = torch.zeros(self.num_clients, dtype=torch.bool)
         sensitive[clients] = True
         mean = weighted_mean(rows, weights).unsqueeze(0)
-        if not private.noised(0, mean, share, sensitive):
+        if not private.noised(private.round + 1, mean, share, sensitive):
             return arrays
         return layout.arrays(mean[0])
 
@@ -364,7 +364,7 @@ class FLT(PrivateAggregates, PersonalizedStrategy, PhasedStrategy):
             extra = torch.zeros(self.num_clients, dtype=torch.float64)
             extra[list(clients)] = 1.0 / private.upload_noise_multiplier ** 2
             if not private.affordable(extra):
-                private.stop(0)
+                private.stop(private.round + 1)  # before the next round trains
                 return {}
             messages = [Message(RecordDict({ENCODER: self.encoder, CONFIG: config,
                                             DP_UPLOAD: private.upload_instructions([CENTROIDS])}),
