@@ -1,104 +1,30 @@
 """What a client handler needs for one message: the validated run config, which logical client it is,
-its data (loaded once per process), the device, and models built from records."""
+its data (loaded once per process: what the node hosts is `client_app.node`), the device, and models
+built from records."""
 
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 
 import torch
 from flwr.app import ArrayRecord, Context, Message
 
 from client_app.devices import resolve_device
-from datasets.federated import ClientData, DataSpec, load_client_data
-from datasets.local import (
-    CLIENT_NAME_KEY,
-    DATA_DIR_KEY,
-    Expected,
-    LocalClient,
-    LocalDataError,
-    client_tensors,
-    discover,
+from client_app.node import (  # noqa: F401 (NodeConfigError and the node's look-ups, as before)
+    NodeConfigError,
+    client_data,
+    data_dir,
+    local_clients,
+    node_data_spec,
+    partition_slot,
+    run_config,
 )
+from datasets.federated import ClientData
 from models import Backbone, build_model
 from strategies.shared.run_config import RunConfig
 from strategies.shared.messages import CLIENT, ClientAddress
-
-
-class NodeConfigError(ValueError):
-    """The SuperNode was started without the node_config Bouquet needs."""
-
-
-@lru_cache(maxsize=8)
-def _run_config(items: tuple) -> RunConfig:
-    return RunConfig.from_flower(dict(items))
-
-
-def run_config(context: Context) -> RunConfig:
-    """The run's validated config (parsed once per process per distinct config)."""
-    return _run_config(tuple(sorted(context.run_config.items())))
-
-
-def data_dir(context: Context) -> str | None:
-    """The node's own data folder (node_config `data-dir`), else the run's (`data-dir` of the run
-    config: a simulation over one's own federated data, every simulated SuperNode on one machine),
-    or None: the node then rebuilds its clients' share of the run's data set from its partition
-    slot."""
-    folder = context.node_config.get(DATA_DIR_KEY)
-    if folder in (None, ""):
-        return run_config(context).data_dir or None
-    if not isinstance(folder, str):
-        raise NodeConfigError(f'node_config {DATA_DIR_KEY}={folder!r} must be a quoted path: '
-                              f'{DATA_DIR_KEY}="/data/site-a"')
-    return folder
-
-
-def local_clients(context: Context) -> list[LocalClient]:
-    """The clients found in the node's `data-dir` (`datasets.local.discover`), sorted by name; a
-    `NodeConfigError` names the node when the folder is not usable at all. Under the run config's
-    `data-dir` (a simulation) a node hosts the clients at its partition slot: those whose position
-    in the sorted list is partition-id mod num-partitions."""
-    folder = data_dir(context)
-    name = context.node_config.get(CLIENT_NAME_KEY)
-    if name not in (None, "") and not isinstance(name, str):
-        raise NodeConfigError(f'node_config {CLIENT_NAME_KEY}={name!r} must be a quoted name: '
-                              f'{CLIENT_NAME_KEY}="site-a"')
-    try:
-        clients = _discover(folder, name or None)
-    except LocalDataError as err:
-        raise NodeConfigError(f"node {context.node_id}: {err}") from None
-    if context.node_config.get(DATA_DIR_KEY) in (None, ""):  # the run's folder, shared by the nodes
-        partition_id, num_partitions = partition_slot(context)
-        clients = clients[partition_id::num_partitions]
-    return clients
-
-
-@lru_cache(maxsize=16)
-def _discover(folder: str, name: str | None) -> list[LocalClient]:
-    return discover(folder, name)
-
-
-@lru_cache(maxsize=256)
-def _local_data(client: LocalClient, expected: Expected, client_id: int) -> ClientData:
-    return client_tensors(client, expected, client_id)
-
-
-def partition_slot(context: Context) -> tuple[int, int]:
-    """(partition-id, num-partitions) from node_config, with an actionable error if absent."""
-    try:
-        partition_id = int(context.node_config["partition-id"])
-        num_partitions = int(context.node_config["num-partitions"])
-    except (KeyError, TypeError, ValueError):
-        raise NodeConfigError(
-            "this SuperNode has no valid partition: start it with "
-            "--node-config \"partition-id=<i> num-partitions=<n>\""
-        ) from None
-    if not 0 <= partition_id < num_partitions:
-        raise NodeConfigError(
-            f"node_config partition-id={partition_id} must be in [0, num-partitions={num_partitions})"
-        )
-    return partition_id, num_partitions
 
 
 @dataclass(frozen=True)
@@ -127,17 +53,6 @@ class ClientRuntime:
         return x.to(self.device), y.to(self.device)
 
 
-def node_data_spec(cfg: RunConfig, context: Context) -> DataSpec:
-    """The run's data spec, with the SuperNode's own `data-root` (node_config) when it was started
-    with one: a deployed client reads its data where that machine keeps it."""
-    root = context.node_config.get("data-root")
-    if root in (None, ""):
-        return cfg.data_spec
-    if not isinstance(root, str):
-        raise NodeConfigError(f'node_config data-root={root!r} must be a quoted path: data-root="/data"')
-    return replace(cfg.data_spec, data_root=root)
-
-
 @lru_cache(maxsize=1)
 def in_simulation_actor() -> bool:
     """Whether this process is a Ray actor: a simulated SuperNode's ClientApp worker under `flwr run`
@@ -161,31 +76,14 @@ def client_threads(cfg: RunConfig) -> int:
 
 
 def client_runtime(message: Message, context: Context) -> ClientRuntime:
-    """Resolve the logical client a message is for and check this node hosts it."""
+    """Resolve the logical client a message is for, check this node hosts it and load its data."""
     cfg = run_config(context)
     threads = client_threads(cfg)
     if threads and torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
     address = ClientAddress.read(message.content[CLIENT])
-    client = address.client_id
-    if data_dir(context) is not None:  # the node's own data: the client is found by its name
-        hosted = {c.name: c for c in local_clients(context)}
-        if address.client_name not in hosted:
-            raise NodeConfigError(
-                f"node {context.node_id}: client {address.client_name!r} (index {client}) is not in "
-                f"its data-dir {data_dir(context)!r}; it hosts {sorted(hosted)}")
-        try:
-            data = _local_data(hosted[address.client_name], Expected.of(cfg), client)
-        except LocalDataError as err:
-            raise LocalDataError(f"node {context.node_id}: {err}") from None
-        return ClientRuntime(cfg, client, data, resolve_device(cfg.device))
-    partition_id, num_partitions = partition_slot(context)
-    if client >= cfg.num_clients or client % num_partitions != partition_id:
-        raise NodeConfigError(
-            f"client {client} is not hosted by partition {partition_id}/{num_partitions}"
-        )
-    data = load_client_data(node_data_spec(cfg, context), client)
-    return ClientRuntime(cfg, client, data, resolve_device(cfg.device))
+    return ClientRuntime(cfg, address.client_id, client_data(cfg, context, address),
+                         resolve_device(cfg.device))
 
 
 def model_record(model: torch.nn.Module) -> ArrayRecord:

@@ -18,6 +18,7 @@ before the studies moved here). The experiments that are re-run are configs of t
 - `flwr_run_speed`: How does Bouquet's fedavg under `flwr run` compare with Flower's minimal app in the same simulation, and with the same job in process?
 - `ray_workers`: Do Ray workers shorten the suite's and compare's wall time while giving the same numbers, bit for bit?
 - `server_memory`: How much server memory does SFL need as the clients grow, in memory and memory-mapped?
+- `sfl_reading`: How many lines must one read to follow SFL end to end, and how large a share of them is SFL's own?
 - `sfl_scale`: How long does SFL's server aggregation take at scale, as a multiple of the plain mean of the same matrix?
 - `untuned`: Does FLT keep up with max(FedAvg, FedAvg+FT, Local) on settings no rule was tuned on, drawn before its structure decision changed?
 """

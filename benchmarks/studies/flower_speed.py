@@ -254,7 +254,7 @@ COMPONENTS: list[tuple[str, list[tuple[str, str]]]] = [
     ("  message contracts (pydantic read/write)", [("strategies/shared/messages.py", "read"),
                                                    ("strategies/shared/messages.py", "config"),
                                                    ("strategies/shared/messages.py", "metrics")]),
-    ("  run-config lookup per message", [("client_app/runtime.py", "run_config")]),
+    ("  run-config lookup per message", [("client_app/node.py", "run_config")]),
     ("deepcopy (LocalGrid copies each message's content)", [("python3.11/copy.py", "deepcopy")]),
     ("server: aggregate_train (weighted average)", [("flwr/serverapp/strategy/fedavg.py",
                                                      "aggregate_train")]),
