@@ -241,3 +241,17 @@ def test_a_target_epsilon_stops_a_graph_methods_training_before_it_is_passed(tmp
     assert spent[-1] == spent[-2] and all(e <= 6.5 for e in spent)  # round 3 trained nobody
     assert rows[-1]["clients-trained"] == 0
     assert summary["privacy"]["stopped-round"] == 3 and summary["privacy"]["epsilon"] <= 6.5
+
+
+def test_a_per_client_strategy_that_does_not_opt_in_is_refused_and_off_changes_nothing():
+    from strategies.shared.personalized import PersonalizedStrategy
+    from strategies.shared.private_aggregation import wrap
+    from strategies.shared.settings import ConfigError
+
+    cfg = RunConfig.from_flower({**default_run_config(), "method": "fedavg", "dp": "client",
+                                 "num-clients": 4, "dp-delta": 1e-3})
+    with pytest.raises(ConfigError, match="does not opt into per-client aggregate noise"):
+        wrap(cfg, PersonalizedStrategy(4, 1.0))
+    off = RunConfig.from_flower({**default_run_config(), "method": "sfl", "num-clients": 4})
+    strategy = _sfl(None, torch.zeros(4, 3), {})
+    assert wrap(off, strategy) is strategy and strategy.private is None

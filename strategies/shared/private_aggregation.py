@@ -33,12 +33,22 @@ log = logging.getLogger("flwr.bouquet")
 
 
 def wrap(cfg: RunConfig, strategy: Strategy) -> Strategy:
-    """`strategy`, wrapped for client-level DP when the run config asks for it."""
+    """`strategy`, wrapped for client-level DP when the run config asks for it (`ClientLevelDP`);
+    a strategy that forms per-client aggregates gets its `AggregateNoise` layer instead, and one that
+    keeps a model per client without opting into it is refused."""
     if cfg.dp != "client":
         return strategy
     if isinstance(strategy, PrivateAggregates):
         strategy.use_private(AggregateNoise.of(cfg))
         return strategy
+    from strategies.shared.personalized import PersonalizedStrategy
+
+    if isinstance(strategy, PersonalizedStrategy):  # one model per client: not one average
+        from strategies.shared.settings import ConfigError
+
+        raise ConfigError(f"run config: dp = 'client' with method '{cfg.method}': its strategy keeps "
+                          "one model per client and does not opt into per-client aggregate noise "
+                          "(PrivateAggregates); set dp='off'")
     sampled = max(int(cfg.fraction_train * cfg.num_clients), 1)
     return ClientLevelDP(strategy, noise_multiplier=cfg.dp_noise_multiplier,
                          clip_norm=cfg.dp_clip_norm, delta=cfg.dp_delta,
