@@ -469,3 +469,48 @@ def start_table(prefix: str) -> str:
     return table(("run", "seed", "FLT (default)", "FLT +FT", "FLT, safeguard-start=mix",
                   "FedAvg", "FedAvg+FT", "Local", "trains from the mixes from round",
                   "Δ (default)", "Δ (safeguard-start=mix)"), rows, "lrrrrrrrrrr")
+
+
+# --- the structure test on settings no rule was tuned on (benchmarks/studies/untuned.py) ---------
+def _untuned_rows(name: str) -> dict[str, dict]:
+    return {row["name"]: row for row in raw(name)["rows"]}
+
+
+def _untuned_delta(row: dict) -> float | None:
+    means = row["means"]
+    base = [means.get(b) for b in ("fedavg", "fedavg+FT", "local")]
+    if means.get("flt") is None or None in base:
+        return None
+    return means["flt"] - max(base)
+
+
+def _untuned_complete(row: dict) -> bool:
+    return bool((row.get("flt") or {}).get("complete-graph"))
+
+
+@block("flt-untuned-reading")
+def untuned_reading(prefix: str) -> str:
+    """What the structure test changed on the untuned settings, and where FLT misses the targets."""
+    before, after = _untuned_rows("untuned-before"), _untuned_rows("untuned-after")
+    flipped = [n for n in after if _untuned_complete(before[n]) != _untuned_complete(after[n])]
+    same = [n for n in after if n not in flipped]
+    unchanged = [n for n in same if before[n]["means"].get("flt") == after[n]["means"].get("flt")]
+    changes = "; ".join(
+        f"{n} ({'complete' if _untuned_complete(before[n]) else 'graph'} → "
+        f"{'complete' if _untuned_complete(after[n]) else 'graph'}, p = "
+        f"{num((after[n].get('flt') or {}).get('structure-p'), 3)}): Δ "
+        f"{signed(_untuned_delta(before[n]))} → {signed(_untuned_delta(after[n]))}" for n in flipped)
+    below = [(n, _untuned_delta(after[n])) for n in after
+             if _untuned_delta(after[n]) is not None and _untuned_delta(after[n]) < -0.5]
+    groups = [(n, _untuned_delta(after[n])) for n in after if after[n]["structure"] == "groups"]
+    no_edge = [n for n, _ in below if (after[n].get("flt") or {}).get("edges") == 0]
+    return (
+        f"The two rules decide differently on {len(flipped)} of {len(after)} settings: {changes or 'none'}. "
+        f"On the other {len(same)} both take the same graph, and FLT's accuracy is the same "
+        f"({len(unchanged)} of {len(same)} identical to the digit). With groups, Δ after: "
+        + ", ".join(f"{n} {signed(d)}" for n, d in groups) + ". "
+        + (f"Below −0.5 after: " + ", ".join(f"{n} {signed(d)}" for n, d in below)
+           + (f"; {len(no_edge)} of them with no edge in Ã, where both rules average over every "
+              "client and FLT is FedAvg with the safeguard: what is missing there is not the "
+              "structure decision" if no_edge else "") + "."
+           if below else "No setting is below −0.5 after."))
