@@ -185,10 +185,11 @@ class AggregateNoise:
     `dp-upload-clip-norm` C_u on the client, std σ_u·C_u, σ_u = `dp-upload-noise-multiplier`) is one
     Gaussian mechanism of noise multiplier σ_u on that client's data.
 
-    Accounting: every release is a Gaussian mechanism without subsampling (a stale row enters every
-    round's aggregates, so no round leaves a client out), and Gaussian mechanisms at sampling rate 1
-    compose exactly into one Gaussian: Rényi DP of order α adds up to α·ρ_k/2 with
-    ρ_k = Σ_mechanisms (sensitivity to k / std)² = Σ_r (W_rk/m_r)²/σ² + (its uploads)/σ_u². The
+    Accounting: every release is a Gaussian mechanism counted without subsampling (stale rows enter
+    every round's aggregates, and no method draws its clients by Poisson sampling), and Gaussian
+    mechanisms at sampling rate 1 compose exactly into one Gaussian: Rényi DP of order α adds up to
+    α·ρ_k/2 with ρ_k = Σ_mechanisms (sensitivity to k / std)² = Σ_r (W_rk/m_r)²/σ² + (its other
+    releases, e.g. a learner's noised copy)/σ² + (its uploads)/σ_u². The
     client's ε at δ is Opacus' RDP accountant's for one Gaussian step of noise multiplier 1/√ρ_k
     (`epsilon`), and the run's ε is the largest client's: it bounds what everything the server sends
     out, together, reveals about any one client. With a target ε a round starts only if a round
@@ -236,8 +237,10 @@ class AggregateNoise:
         return self.epsilon_of(float(self.rho.max()))
 
     def epsilons(self) -> list[float]:
-        """Every client's ε so far."""
-        return [self.epsilon_of(float(r)) for r in self.rho]
+        """Every client's ε so far (the accountant asked once per distinct ρ)."""
+        values = [float(r) for r in self.rho]
+        known = {rho: self.epsilon_of(rho) for rho in set(values)}
+        return [known[rho] for rho in values]
 
     def affordable(self, extra: Any) -> bool:
         """Whether ρ + `extra` keeps every client within the target (always, without one)."""
