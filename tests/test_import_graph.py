@@ -35,8 +35,8 @@ def test_the_checker_sees_lazy_imports_and_circles():
     edges = {"a.x": {"a.y"}, "a.y": {"a.z"}, "a.z": {"a.x"}, "b.w": set()}
     assert cycles(edges) == [["a.x", "a.y", "a.z"]]
     graph = module_imports()
-    # a lazy (in-function) import: a method package builds its strategy only when asked
-    assert "strategies.methods.sfl.server" in graph["strategies.methods.sfl"]
+    # a lazy (in-function) import: the registry wraps a strategy for client-level DP only when asked
+    assert "strategies.shared.private_aggregation" in graph["strategies.shared.registry"]
     assert group("server_app.harness.simulate") == "server_app.harness"
 
 

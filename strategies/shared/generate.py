@@ -72,7 +72,7 @@ def _file(module: str) -> str:
 
 def method_files(method: registry.Method) -> tuple[str | None, list[str], list[str]]:
     """(settings file, server files, client files) of a method, repository-relative."""
-    package = method.build.__module__
+    package = method.package
     folder = REPO / package.replace(".", "/")
     server = [f"{package.replace('.', '/')}/{p.name}" for p in sorted(folder.glob("*.py"))
               if p.name not in ("__init__.py", "settings.py")]

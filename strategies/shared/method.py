@@ -1,10 +1,13 @@
 """`Method`: what a method package declares about itself (its name, how its strategy is built, its
 settings section and the client handlers of its own message types). Each package under
-`strategies/methods/` lists its entries as `METHODS = (Method(...), ...)` in its `__init__`; the registry
-(`strategies.shared.registry`) finds them there."""
+`strategies/methods/` declares its entries as `METHODS = (Method(...), ...)` beside its settings (its
+`settings.py`; a package without settings, in its `__init__`), and its `__init__` holds them (a
+docstring and that one import); the registry (`strategies.shared.registry`) finds them there. The
+builder is named as `"module:function"`, so declaring a method imports none of its server code."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -17,8 +20,9 @@ if TYPE_CHECKING:
     from strategies.shared.client_matrix import ClientMatrixStorage
     from strategies.shared.run_config import RunConfig
 
-# A strategy builder: (run config, where the strategy keeps its per-client matrices) -> the strategy.
-StrategyBuilder = Callable[["RunConfig", "ClientMatrixStorage"], "Strategy"]
+# A strategy builder: (run config, where the strategy keeps its per-client matrices) -> the strategy;
+# in a declaration, a callable or "module:function" imported when the strategy is first built.
+StrategyBuilder = Callable[["RunConfig", "ClientMatrixStorage"], "Strategy"] | str
 # A client handler: a callable (message, context) -> message, or "module:function" imported on use.
 ClientHandler = Callable[..., Any] | str
 
@@ -28,7 +32,8 @@ class Method:
     """One registered method.
 
     `build(cfg, storage)`: its strategy, its per-client matrices (if it keeps any) allocated by
-    `storage` (`strategies.shared.client_matrix.ClientMatrixStorage`). `section`: the run-config
+    `storage` (`strategies.shared.client_matrix.ClientMatrixStorage`); a callable, or its name as
+    `"module:function"` (the package's server step, imported by `strategy` when first called). `section`: the run-config
     section of its settings (`<section>.<key>`; several methods may share one, e.g. a method and its
     variant) with `settings` its model. `client`: the handlers of the message types only this method
     sends (`train.<action>`, `query.<action>`, `evaluate.<action>`); the generic `train` / `evaluate`
@@ -66,3 +71,29 @@ class Method:
     privacy: tuple[str, ...] = ()
     privacy_refused: str = ""
     default: bool = False
+
+    @property
+    def package(self) -> str:
+        """The module path of the method package that declares it (`strategies.methods.<package>`):
+        its builder's module up to the package."""
+        module = self.build.partition(":")[0] if isinstance(self.build, str) else self.build.__module__
+        parts = module.split(".")
+        return ".".join(parts[:3]) if parts[:2] == ["strategies", "methods"] else module
+
+    def strategy(self, cfg: RunConfig, storage: ClientMatrixStorage) -> Strategy:
+        """Its strategy for the run `cfg`: `build` called (a `"module:function"` imported first)."""
+        return builder(self.name, self.build)(cfg, storage)
+
+
+def builder(name: str, build: StrategyBuilder) -> Callable[[RunConfig, ClientMatrixStorage], Strategy]:
+    """The callable of a builder given as a callable or as `"module:function"`; ImportError naming
+    the method and the string when it does not resolve."""
+    if not isinstance(build, str):
+        return build
+    module, sep, function = build.partition(":")
+    if not sep or not module or not function:
+        raise ImportError(f"method {name!r}: build={build!r} must be a callable or 'module:function'")
+    found = getattr(importlib.import_module(module), function, None)
+    if not callable(found):
+        raise ImportError(f"method {name!r}: build={build!r}: {module} has no function {function!r}")
+    return found

@@ -1,12 +1,12 @@
 """The method registry: every method name and its `Method` entry (how to build its strategy, which
 run-config section holds its settings, which client handlers answer its messages).
 
-The registry finds the methods in their packages: each package under `strategies/methods/` declares
-`METHODS = (Method(...), ...)` in its `__init__`, and importing the registry imports every such package
-(`discover`). Adding a method = adding its package (and its client module), nothing here. `RunConfig`
-reads its sections from here and validates `method` against the registered names. A package's
-`__init__` imports only its settings and message contract; its server step is imported when the
-builder is called, and client handlers are named as `module:function` and imported when first used, so
+The registry finds the methods in their packages: each package under `strategies/methods/` holds
+`METHODS = (Method(...), ...)` in its `__init__` (declared beside its settings), and importing the
+registry imports every such package (`discover`). Adding a method = adding its package (and its client
+module), nothing here. `RunConfig` reads its sections from here and validates `method` against the
+registered names. A package's declaration imports only its settings and message contract; its builder
+and client handlers are named as `module:function` and imported when first used, so
 importing the registry (as every client does to validate its run config) stays cheap and pulls in no
 server-side dependency (scipy, scikit-learn, numba, umap).
 
@@ -91,7 +91,7 @@ def build_strategy(cfg: RunConfig, storage: ClientMatrixStorage | None = None) -
     if storage is None:
         storage = ClientMatrixStorage(cfg.client_matrix_mmap_bytes)
     # client-level DP's aggregation, secure aggregation (the run config allows one of them)
-    return secure(cfg, wrap(cfg, METHODS[cfg.method].build(cfg, storage)))
+    return secure(cfg, wrap(cfg, METHODS[cfg.method].strategy(cfg, storage)))
 
 
 def discover() -> list[Method]:

@@ -7,6 +7,8 @@ the server averages the w updates weighted by num-examples and keeps every v_i.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
@@ -14,6 +16,9 @@ from strategies.methods.ditto.settings import TRAIN_DITTO, DittoSection, DittoTr
 from strategies.shared.client_matrix import ClientMatrixStorage
 from strategies.shared.messages import CONFIG, GLOBAL, METRICS, MODEL, PERSONAL
 from strategies.shared.personalized import PersonalizedStrategy
+
+if TYPE_CHECKING:
+    from strategies.shared.run_config import RunConfig
 
 
 class Ditto(PersonalizedStrategy):
@@ -50,3 +55,9 @@ class Ditto(PersonalizedStrategy):
 
     def evaluate_content(self, client: int, arrays: ArrayRecord, config: ConfigRecord) -> RecordDict:
         return RecordDict({GLOBAL: arrays, PERSONAL: self.personal_arrays(client), CONFIG: config})
+
+
+def build(cfg: RunConfig, storage: ClientMatrixStorage) -> Ditto:
+    """The strategy of a run (its `Method` builder, `strategies.methods.ditto.server:build`)."""
+    return Ditto(cfg.num_clients, cfg.fraction_train, cfg.ditto, cfg.aggregation, cfg.trim_fraction,
+                 matrix_storage=storage)

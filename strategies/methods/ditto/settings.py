@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from strategies.shared.method import Method
 from strategies.shared.settings import MethodSettings
 from strategies.shared.messages import TrainInstructions
 
@@ -24,3 +25,9 @@ class DittoTrain(TrainInstructions):
 
     ditto_lambda: float = Field(ge=0.0)
     personal_epochs: int = Field(ge=1)
+
+
+# the registry entry (`strategies.shared.method.Method`), read through the package's __init__
+METHODS = (Method("ditto", "strategies.methods.ditto.server:build", "ditto", DittoSection, {"train.ditto": "client_app.methods.ditto:train"},
+                  robust=True,
+           summary="global model + personal models pulled toward it", privacy=("sample",)),)

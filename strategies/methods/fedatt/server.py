@@ -14,6 +14,8 @@ a run is reproducible and a resumed run draws the same noise.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from collections.abc import Iterable, Sequence
 
 import torch
@@ -25,6 +27,9 @@ from strategies.shared.client_matrix import ClientMatrixStorage
 from strategies.shared.messages import CONFIG, GLOBAL, MODEL, TRAIN
 from strategies.shared.params import ParameterLayout
 from strategies.shared.personalized import PersonalizedStrategy
+
+if TYPE_CHECKING:
+    from strategies.shared.run_config import RunConfig
 
 
 def attention(server: torch.Tensor, clients: torch.Tensor, offsets: Sequence[int]) -> torch.Tensor:
@@ -93,3 +98,8 @@ class FedAtt(PersonalizedStrategy):
 
     def evaluate_content(self, client: int, arrays: ArrayRecord, config: ConfigRecord) -> RecordDict:
         return RecordDict({GLOBAL: arrays, CONFIG: config})
+
+
+def build(cfg: RunConfig, storage: ClientMatrixStorage) -> FedAtt:
+    """The strategy of a run (its `Method` builder, `strategies.methods.fedatt.server:build`)."""
+    return FedAtt(cfg.num_clients, cfg.fraction_train, cfg.fedatt, cfg.seed, matrix_storage=storage)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from strategies.shared.method import Method
 from strategies.shared.settings import MethodSettings
 
 
@@ -15,3 +16,9 @@ class FedAttSection(MethodSettings):
     # standard deviation of the Gaussian noise added to each entry of the new global model (0 = off;
     # the authors' code: 0.001)
     noise: float = Field(0.0, ge=0.0)
+
+
+# the registry entry (`strategies.shared.method.Method`), read through the package's __init__
+METHODS = (Method("fedatt", "strategies.methods.fedatt.server:build", "fedatt", FedAttSection,
+                  summary="global model, layer-wise attentive aggregation",
+                  client_step="client_app/methods/fedavg.py", privacy=("sample",)),)

@@ -10,11 +10,17 @@ clients for training (`server_app.clients.TrainClients`), as every strategy.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 
 from flwr.serverapp.strategy import FedAvg, FedMedian, FedTrimmedAvg
 
 
 from strategies.shared.messages import GLOBAL
+
+if TYPE_CHECKING:
+    from strategies.shared.client_matrix import ClientMatrixStorage
+    from strategies.shared.run_config import RunConfig
 
 
 def flower_settings(fraction_train: float) -> dict:
@@ -38,3 +44,8 @@ def build_fedavg(fraction_train: float, aggregation: str = "mean",
     if aggregation == "trimmed-mean":
         return FedTrimmedAvg(**flower_settings(fraction_train), beta=trim_fraction)
     return FedAvg(**flower_settings(fraction_train))
+
+
+def build(cfg: RunConfig, storage: ClientMatrixStorage) -> FedAvg:
+    """The strategy of a run (its `Method` builder, `strategies.methods.fedavg.server:build`)."""
+    return build_fedavg(cfg.fraction_train, cfg.aggregation, cfg.trim_fraction)  # keeps no client matrix

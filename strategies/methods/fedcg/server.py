@@ -93,6 +93,7 @@ from strategies.methods.fedcg.report import FedCGReporting, largest_share, nmi_f
 if TYPE_CHECKING:
     from strategies.methods.fedcg.settings import FedCGSection
     from strategies.shared.run_config import RunConfig
+    from strategies.shared.client_matrix import ClientMatrixStorage
 
 log = logging.getLogger("flwr.bouquet")
 
@@ -438,3 +439,8 @@ def fedcg_for(cfg: RunConfig, truth: Partition | None = None) -> FedCG:
     return FedCG(cfg.fedcg, num_clients=cfg.num_clients, fraction_train=cfg.fraction_train,
                  dataset=cfg.dataset, model=cfg.model, seed=cfg.seed,
                  held_out=heldout_test_clients(cfg.data_spec.partition), truth=truth)
+
+
+def build(cfg: RunConfig, storage: ClientMatrixStorage) -> FedCG:
+    """The strategy of a run (its `Method` builder, `strategies.methods.fedcg.server:build`)."""
+    return build_fedcg(cfg)  # keeps no client matrix

@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from strategies.shared.method import Method
 from strategies.shared.settings import MethodSettings, Record
 from strategies.shared.messages import TrainInstructions
 
@@ -202,3 +203,14 @@ class FedCGTrain(TrainInstructions):
     domain_lr: float = Field(gt=0.0)
     client_domain: int | None = Field(None, ge=0)
     true_domains: bool = False
+
+
+# the registry entry (`strategies.shared.method.Method`), read through the package's __init__
+METHODS = (Method("fedcg", "strategies.methods.fedcg.server:build", "fedcg", FedCGSection, {
+    "train.fedcg": "client_app.methods.fedcg:train", "evaluate.fedcg": "client_app.methods.fedcg:evaluate",
+    "query.fedcg_balance": "client_app.methods.fedcg:balance_statistics"},
+           privacy_refused=("its clients send, besides the model and the student, statistics of their data that no "
+                            "noised aggregate covers: per-domain sample counts in every train reply and, for the "
+                            "domain balancing, sums of the teacher's domain logits and a random sample of single "
+                            "examples' logits (query.fedcg_balance)"),
+           summary="FedCG: teacher/student domain clustering + GCN-connected domain-specific residual branches"),)

@@ -4,9 +4,15 @@ FedTrimmedAvg's server rule."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from flwr.serverapp.strategy import FedMedian, FedProx, FedTrimmedAvg
 
 from strategies.methods.fedavg.server import flower_settings
+
+if TYPE_CHECKING:
+    from strategies.shared.client_matrix import ClientMatrixStorage
+    from strategies.shared.run_config import RunConfig
 
 
 class FedProxMedian(FedProx):
@@ -33,3 +39,9 @@ def build_fedprox(fraction_train: float, mu: float, aggregation: str = "mean",
     if aggregation == "trimmed-mean":
         return FedProxTrimmedAvg(**flower_settings(fraction_train), proximal_mu=mu, beta=trim_fraction)
     return FedProx(**flower_settings(fraction_train), proximal_mu=mu)
+
+
+def build(cfg: RunConfig, storage: ClientMatrixStorage) -> FedProx:
+    """The strategy of a run (its `Method` builder, `strategies.methods.fedprox.server:build`)."""
+    return build_fedprox(cfg.fraction_train, cfg.fedprox.mu, cfg.aggregation,
+                         cfg.trim_fraction)  # keeps no client matrix

@@ -22,6 +22,8 @@ Where the paper is silent, Bouquet decides:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
@@ -29,6 +31,9 @@ from strategies.shared.client_matrix import ClientMatrixStorage
 from strategies.shared.clustered import ClusteredStrategy, cluster_means
 from strategies.shared.messages import TRAIN_LOCAL
 from strategies.shared.personalized import weighted_mean
+
+if TYPE_CHECKING:
+    from strategies.shared.run_config import RunConfig
 
 KMEANS_ITERATIONS = 20
 
@@ -107,3 +112,9 @@ class FedSEM(ClusteredStrategy):
         if not trained.all():
             self.assignment[~trained] = nearest_centre(self.personal[~trained], self.centres)
         return None  # no global model
+
+
+def build(cfg: RunConfig, storage: ClientMatrixStorage) -> FedSEM:
+    """The strategy of a run (its `Method` builder, `strategies.methods.fedsem.server:build`)."""
+    return FedSEM(cfg.num_clients, cfg.fraction_train, cfg.fedsem.clusters, cfg.seed,
+                  matrix_storage=storage)

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from strategies.shared.method import Method
 from strategies.shared.settings import MethodSettings, Record
 from strategies.shared.messages import TrainInstructions, TrainReply
 
@@ -95,3 +96,10 @@ class FedSKATrain(TrainInstructions):
     # without it) as `slot_features`; with a `head` record, also the gradient of the head's slot
     # loss w.r.t. `graph_target` as `grad` (the query.ska_embed / query.ska_grad answers)
     embed_slots: int | None = Field(None, ge=1)
+
+
+# the registry entry (`strategies.shared.method.Method`), read through the package's __init__
+METHODS = (Method("fedska", "strategies.methods.fedska.server:build_fedska", "fedska", FedSKASection, {
+    "train.fedska": "client_app.methods.fedska:train", "query.ska_embed": "client_app.methods.fedska:embed",
+    "query.ska_grad": "client_app.methods.fedska:slot_gradient"}, limits={"k": "other-clients"}, safeguard=True, privacy=("client",),
+           summary="FedSKA: unsupervised client-graph learning (denoising structure learner), split-learning GNN encoder whose features regularise local training"),)

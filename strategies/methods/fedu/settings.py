@@ -6,6 +6,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
+from strategies.shared.method import Method
 from strategies.shared.settings import GraphFileRule
 
 
@@ -20,3 +21,9 @@ class FedUSection(GraphFileRule):
     # the row of a client that has never trained: `neighbours` = the graph-weighted mean of its
     # trained neighbours' rows (it starts training from there); `initial` = the initial model (reference)
     untrained: Literal["neighbours", "initial"] = "neighbours"
+
+
+# the registry entry (`strategies.shared.method.Method`), read through the package's __init__
+METHODS = (Method("fedu", "strategies.methods.fedu.server:build_fedu", "fedu", FedUSection,
+           summary="FedU: local models + a Laplacian-regularisation step over a given client graph",
+           client_step="client_app/methods/local.py", safeguard=True, privacy=("sample",)),)

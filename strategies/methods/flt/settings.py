@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from strategies.shared.method import Method
 from strategies.shared.settings import MethodSettings, Record
 
 
@@ -82,3 +83,10 @@ class EmbedReply(Record):
     """The only metric of a `query.flt_embed` reply (beside the `centroids` record)."""
 
     num_examples: int = Field(ge=0)
+
+
+# the registry entry (`strategies.shared.method.Method`), read through the package's __init__
+METHODS = (Method("flt", "strategies.methods.flt.server:build_flt", "flt", FLTSection, {"train.flt_ae": "client_app.methods.flt:train_autoencoder",
+                                                     "query.flt_embed": "client_app.methods.flt:embed"},
+                  limits={"clusters": "clients"}, safeguard=True, privacy=("client",),
+           summary="FLT: one-shot client relatedness (autoencoder codes → k-means centroids → UMAP → threshold graph) + graph-weighted averaging of per-client models"),)

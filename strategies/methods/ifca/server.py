@@ -21,6 +21,8 @@ The clustered machinery (centres, assignment, reports) is `strategies.shared.clu
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from collections.abc import Iterable
 
 import torch
@@ -31,6 +33,9 @@ from strategies.shared.client_matrix import ClientMatrixStorage
 from strategies.shared.clustered import UNASSIGNED, ClusteredStrategy, ModelInit, cluster_means
 from strategies.methods.ifca.settings import EVALUATE_IFCA, TRAIN_IFCA, IFCATrainReply, cluster_model
 from strategies.shared.messages import CONFIG, EVALUATE, METRICS, MODEL
+
+if TYPE_CHECKING:
+    from strategies.shared.run_config import RunConfig
 
 
 class IFCA(ClusteredStrategy):
@@ -97,3 +102,11 @@ class IFCA(ClusteredStrategy):
                 content = self.evaluate_content(client, arrays, config)
                 messages.append(Message(content, dst_node_id=client, message_type=EVALUATE))
         return messages
+
+
+def build(cfg: RunConfig, storage: ClientMatrixStorage) -> IFCA:
+    """The strategy of a run (its `Method` builder, `strategies.methods.ifca.server:build`)."""
+    from strategies.shared.clustered import seeded_models
+
+    return IFCA(cfg.num_clients, cfg.fraction_train, cfg.ifca.clusters,
+                seeded_models(cfg.model, cfg.dataset, cfg.seed), matrix_storage=storage)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from strategies.shared.messages import TrainReply
+from strategies.shared.method import Method
 from strategies.shared.settings import MethodSettings
 
 
@@ -28,3 +29,10 @@ class IFCATrainReply(TrainReply):
 def cluster_model(index: int) -> str:
     """ArrayRecord name of cluster model `index`; IFCA sends all C: `cluster-0`, `cluster-1`, ..."""
     return f"cluster-{index}"
+
+
+# the registry entry (`strategies.shared.method.Method`), read through the package's __init__
+METHODS = (Method("ifca", "strategies.methods.ifca.server:build", "ifca", IFCASection, {"train.ifca": "client_app.methods.ifca:train",
+                                                        "evaluate.ifca": "client_app.methods.ifca:evaluate"},
+                  limits={"clusters": "clients"}, model_records=(cluster_model("*"),),
+           summary="IFCA: C cluster models; each client trains the one with the lowest loss on its data"),)

@@ -23,7 +23,7 @@ reply two (y, c_i⁺) where the paper's client uploads (Δy, Δc).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
@@ -36,6 +36,9 @@ from strategies.shared.client_matrix import ClientMatrixStorage
 from strategies.shared.messages import CONFIG, GLOBAL, MODEL
 from strategies.shared.params import ParameterLayout
 from strategies.shared.personalized import PersonalizedStrategy
+
+if TYPE_CHECKING:
+    from strategies.shared.run_config import RunConfig
 
 
 def server_step(x: torch.Tensor, control: torch.Tensor, model_deltas: torch.Tensor,
@@ -111,3 +114,8 @@ class Scaffold(PersonalizedStrategy):
         if self.control is None:
             return {}
         return {"scaffold-control-norm": float(self.control.norm())}
+
+
+def build(cfg: RunConfig, storage: ClientMatrixStorage) -> Scaffold:
+    """The strategy of a run (its `Method` builder, `strategies.methods.scaffold.server:build`)."""
+    return Scaffold(cfg.num_clients, cfg.fraction_train, cfg.scaffold, matrix_storage=storage)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from strategies.shared.messages import TrainInstructions
+from strategies.shared.method import Method
 from strategies.shared.settings import MethodSettings
 
 
@@ -25,3 +26,9 @@ CLIENT_CONTROL = "client-control"
 class ScaffoldTrain(TrainInstructions):
     """`train.scaffold`: the common training fields; c and c_i travel as ArrayRecords beside the
     global model (`CONTROL`, `CLIENT_CONTROL`)."""
+
+
+# the registry entry (`strategies.shared.method.Method`), read through the package's __init__
+METHODS = (Method("scaffold", "strategies.methods.scaffold.server:build", "scaffold", ScaffoldSection,
+                  {TRAIN_SCAFFOLD: "client_app.methods.scaffold:train"},
+                  summary="global model + control variates against client drift", privacy=("sample",)),)

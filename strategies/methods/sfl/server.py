@@ -389,3 +389,13 @@ def build_sfl(cfg: RunConfig, learn: bool, storage: ClientMatrixStorage | None =
                  s.graph, len(prior), float((prior > 0).sum(axis=1).mean()))
     return SFL(cfg.num_clients, cfg.fraction_train, s, prior=prior, learner=learner,
                graph_source=s.graph, matrix_storage=storage, label_sets_key=label_sets_key)
+
+
+def build_plain(cfg: RunConfig, storage: ClientMatrixStorage) -> SFL:
+    """`sfl`'s strategy: SFL over its given client graph."""
+    return build_sfl(cfg, learn=False, storage=storage)
+
+
+def build_star(cfg: RunConfig, storage: ClientMatrixStorage) -> SFL:
+    """`sfl-star`'s strategy: SFL* over a graph learned from the client models."""
+    return build_sfl(cfg, learn=True, storage=storage)

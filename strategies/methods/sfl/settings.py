@@ -6,6 +6,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
+from strategies.shared.method import Method
 from strategies.shared.settings import GraphFileRule
 from strategies.shared.messages import TrainInstructions
 
@@ -56,3 +57,13 @@ class SFLTrain(TrainInstructions):
     lambda_global: float = Field(ge=0.0)  # λ2
     reg_grad: bool  # the pulls carry gradients (false = reference code: constants)
     start: Literal["global", "personal"]  # θ starts from w (spec) or from u_i
+
+
+# the registry entry (`strategies.shared.method.Method`), read through the package's __init__
+HANDLERS = {"train.sfl": "client_app.methods.sfl:train"}
+METHODS = (
+    Method("sfl", "strategies.methods.sfl.server:build_plain", "sfl", SFLSection, HANDLERS, safeguard=True, privacy=("sample", "client"), default=True,
+           summary="SFL: weight-free GCN aggregation of the client models over a given client graph (label-sharing, road or file)"),
+    Method("sfl-star", "strategies.methods.sfl.server:build_star", "sfl", SFLSection, HANDLERS, limits={"gl_k": "other-clients"}, safeguard=True, privacy=("sample", "client"),
+           summary="SFL\\* (`sfl*`): SFL over a graph learned from the client models, blended into the prior"),
+)
