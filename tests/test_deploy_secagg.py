@@ -49,7 +49,7 @@ JOB = {"method": "fedavg", "dataset": "digits", "model": "mclr", "partition": "i
        "lr": 0.1, "finetune-epochs": 0, "client-threads": 1, "round-timeout": 60.0,
        "checkpoint-every": 1}
 SECURE = {"secure-aggregation": "secagg+"}
-# Executors ask for work every 0.1 s instead of 1 s (a Flower setting; see benchmarks/deploy_speed.py).
+# Executors ask for work every 0.1 s instead of 1 s (a Flower setting; see benchmarks/studies/deploy_speed.py).
 FAST = {"FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.1"}
 # a SuperNode's log line pair for a reply it sent (Flower's supernode logs "Sending" then "Sent")
 SENT_SECAGG = r"Sending: query\.secagg message[^\n]*\n[^\n]*Sent successfully"

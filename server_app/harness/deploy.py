@@ -35,7 +35,7 @@ FLOWER_VERSION = "1.39.0"  # tag of the official flwr/* images (pyproject pins f
 
 # Environment of every `flower-superexec` (ServerApp and ClientApp executors). A Flower 1.39 setting:
 # how often an executor asks its runtime API for a new task (default 1.0 s, allowed 0.01-60). Every
-# message waits for that poll before its ClientApp process starts; benchmarks/deploy_speed.py measures
+# message waits for that poll before its ClientApp process starts; benchmarks/studies/deploy_speed.py measures
 # the default against this value (docs/deploy.md, "Deployment speed").
 EXECUTOR_ENV = {"FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.1"}
 
