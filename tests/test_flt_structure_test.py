@@ -94,3 +94,27 @@ def test_above_the_client_cap_the_test_runs_on_a_seeded_sample(monkeypatch):
     assert result.structured(0.95) and relatedness.structure_test(codes, graph) == result
     flat = _noise(rng, 60)
     assert not relatedness.structure_test(flat, _nearest_graph(flat, 60)).structured(0.95)
+
+
+def test_the_decision_is_revisited_when_late_clients_are_placed():
+    """FCR over 6 clients of 3 groups links no pair (nothing to test: the complete graph); once the
+    other 18 clients are placed, their edges are tested over all 24 and the groups are kept: the
+    aggregation graph becomes Ã."""
+    import warnings
+
+    from strategies.methods.flt.relatedness import form_client_relatedness, place_client
+
+    warnings.filterwarnings("ignore")
+    rng = np.random.default_rng(7)
+    centres = rng.normal(size=(3, 2, 16)) * 8
+    centroids = {g * 8 + i: (centres[g] + rng.normal(size=(2, 16)) * 0.3).astype(np.float32)
+                 for g in range(3) for i in range(8)}
+    first = {c: centroids[c] for c in (0, 1, 8, 9, 16, 17)}
+    rel = form_client_relatedness(first, 24, gamma=1.0, relative_gamma=0.2,
+                                  structure_confidence=0.95)
+    assert rel.complete and rel.test.p is None
+    for client in sorted(set(centroids) - set(first)):
+        place_client(rel, client, centroids[client])
+    assert rel.retest(0.95) and not rel.complete and rel.test.p <= 0.05
+    np.testing.assert_array_equal(rel.aggregation_graph(), rel.adjacency)
+    assert not rel.retest(0.95)  # the same evidence: the same decision
