@@ -1,0 +1,374 @@
+"""docs/privacy.md, "Measured": accuracy against ε under each DP mode, the learned graphs' share
+inside the true groups, and the cost of DP in seconds per round, from the committed runs of
+`benchmarks/experiments/privacy.toml` (`python -m benchmarks.compare --config ...`, one results JSON
+per cell and seed under benchmarks/results/privacy/).
+
+The grid is read from the TOML itself (its cells, seeds and methods), so a cell or method the
+committed runs lack is shown as such, with the reason: a mode the method does not support in this
+build (its registry entry's `Method.privacy`), a mode that has nothing to noise (Local under
+`dp = "client"`), or a run that was not made."""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from docs.blocks import block
+from docs.blocks.data import DASH, REPO, RESULTS, mean, mean_sd, num, raw, table, times
+
+GRID = REPO / "benchmarks" / "experiments" / "privacy.toml"
+FOLDER = "privacy"  # under benchmarks/results/
+EPSILONS = (1, 4, 8)
+MODES = ("sample", "client")
+# row label -> (method, the summary's result key)
+ROWS = {"FedAvg": ("fedavg", "personalized"), "FedAvg+FT": ("fedavg", "finetuned"),
+        "Local": ("local", "personalized"), "FLT": ("flt", "personalized"),
+        "SFL*": ("sfl-star", "personalized"), "FedSKA": ("fedska", "personalized")}
+GRAPHS = ("FLT", "SFL*", "FedSKA")
+SETTINGS = {"label-clusters": "MNIST label clusters (4 groups of 3 clients, 2 labels each)",
+            "domains": "rotated MNIST domains (4 rotations, 3 clients each, 10 classes)"}
+# marks of the cells no committed run fills, explained under each table
+NOT_SUPPORTED, NO_AGGREGATE, NOT_RUN = "not available", "n/a", "not run"
+
+
+def grid() -> dict[str, Any]:
+    return tomllib.loads(GRID.read_text())
+
+
+def _cell_name(setting: str, mode: str, eps: int | None, graph: bool = False) -> str:
+    if mode == "off":
+        return f"{setting}-off"
+    return f"{setting}-{mode}{'-graph' if graph else ''}-eps{eps}"
+
+
+def _cells(setting: str, mode: str, eps: int | None) -> list[str]:
+    """The grid's cells of (setting, mode, ε): the graph methods' dp = "client" runs are cells of
+    their own."""
+    if mode == "off":
+        return [_cell_name(setting, mode, eps)]
+    names = [_cell_name(setting, mode, eps)]
+    if mode == "client":
+        names.append(_cell_name(setting, mode, eps, graph=True))
+    return names
+
+
+def _runs(setting: str, mode: str, eps: int | None, method: str) -> list[dict[str, Any]]:
+    """Every committed summary of `method` in the cell(s) of (setting, mode, ε), one per seed run."""
+    config = grid()
+    out = []
+    by_name = {c["name"]: c for c in config["cells"]}
+    for name in _cells(setting, mode, eps):
+        cell = by_name.get(name)
+        if cell is None or method not in cell.get("methods", config["methods"]):
+            continue
+        for seed in config["seeds"]:
+            path = RESULTS / FOLDER / f"{GRID.stem}-{name}-seed{seed}.json"
+            if not path.is_file():
+                continue
+            data = raw(f"{FOLDER}/{path.stem}")
+            out += [s for s in data["summaries"] if s["method"] == method]
+    return out
+
+
+def _supports(method: str, mode: str) -> bool:
+    from strategies.shared.registry import METHODS
+
+    return mode in METHODS[method].privacy
+
+
+def _missing(method: str, mode: str) -> str:
+    if mode == "client" and method == "local":
+        return NO_AGGREGATE
+    if not _supports(method, mode):
+        return NOT_SUPPORTED
+    return NOT_RUN
+
+
+def _accuracy(summary: dict[str, Any], key: str) -> float | None:
+    return (summary["final"].get(key) or {}).get("mean")
+
+
+def _stopped(runs: list[dict[str, Any]]) -> str:
+    """" (target spent: round r, ...)" for the runs a client-level target stopped before the last
+    round (their models stay as the last released ones), "" for none."""
+    rounds = sorted(r for r in ((s.get("privacy") or {}).get("stopped-round") for s in runs) if r)
+    return f" (spent in round {', '.join(map(str, rounds))})" if rounds else ""
+
+
+def _complete(summary: dict[str, Any]) -> bool:
+    """FLT found no client structure and averaged every client over the complete graph."""
+    return summary["method"] == "flt" and bool((summary.get("flt") or {}).get("complete-graph"))
+
+
+def _share(summary: dict[str, Any], uniform: float | None) -> float | None:
+    """The learned graph's share inside the true groups at the end of the run, as each method's
+    summary reports it (FLT: the share of its thresholded graph's edges inside true clusters, or,
+    where it found no structure and averaged over the complete graph, that graph's share `uniform`;
+    SFL*, FedSKA: the learned graph's off-diagonal weight inside the true structure)."""
+    method = summary["method"]
+    if method == "flt":
+        if _complete(summary):
+            return uniform
+        return (summary.get("flt") or {}).get("edges-inside-true-clusters")
+    section, prefix = {"sfl-star": ("sfl", "learned-share-"), "fedska": ("fedska", "share-")}[method]
+    found = summary.get(section) or {}
+    return next((v for k, v in found.items() if k.startswith(prefix) and k.endswith("-final")), None)
+
+
+def _uniform_share(setting: str) -> float | None:
+    """The share of a graph blind to the groups (every pair weighted alike), from SFL*'s summary."""
+    for summary in _runs(setting, "off", None, "sfl-star"):
+        found = summary.get("sfl") or {}
+        value = next((v for k, v in found.items() if k.startswith("uniform-share-")), None)
+        if value is not None:
+            return value
+    return None
+
+
+def _fmt(values: Sequence[float], digits: int = 1, seeds: int = 3) -> str:
+    """Mean ± std of `values` (one per seed), with "(k seeds)" where k is not `seeds`, the count
+    most cells of the table have (`_seed_count`)."""
+    if not values:
+        return DASH
+    m, sd = mean_sd(list(values))
+    text = num(m, digits) + (f" ± {num(sd, digits)}" if len(values) > 1 else "")
+    return text + (f" ({len(values)} seeds)" if len(values) != seeds else "")
+
+
+def _seed_count(setting: str) -> int:
+    """The number of seeds most of a setting's committed runs average over."""
+    from collections import Counter
+
+    counts = Counter(len(_runs(setting, mode, eps, method)) for mode, eps in _columns()
+                     for method, _ in ROWS.values())
+    counts.pop(0, None)
+    return counts.most_common(1)[0][0] if counts else 0
+
+
+def seeds_caption(setting: str) -> str:
+    """Which seeds the numbers average, from the committed runs."""
+    seeds = sorted({seed for mode, eps in _columns() for method, _ in ROWS.values()
+                    for seed in (s["seed"] for s in _seeded(setting, mode, eps, method))})
+    count = _seed_count(setting)
+    grid_seeds = grid()["seeds"]
+    text = (f"one seed ({seeds[0]}) of the grid's {len(grid_seeds)}" if count == 1 else
+            f"mean ± std over {count} seeds ({', '.join(map(str, seeds))})")
+    return text + ("; a cell with another count says so" if any(
+        0 < len(_runs(setting, mode, eps, method)) != count for mode, eps in _columns()
+        for method, _ in ROWS.values()) else "")
+
+
+def _columns() -> list[tuple[str, int | None]]:
+    return [(mode, eps) for mode in MODES for eps in EPSILONS] + [("off", None)]
+
+
+def _header(first: str) -> list[str]:
+    return [first] + [f"{mode} ε={eps}" if eps else "ε=∞ (off)" for mode, eps in _columns()]
+
+
+def _notes(marks: set[str], methods: dict[str, set[str]]) -> str:
+    lines = []
+    for mark in (NOT_SUPPORTED, NO_AGGREGATE, NOT_RUN):
+        if mark not in marks:
+            continue
+        who = "; ".join(f'dp = "{mode}" for {", ".join(sorted(names))}'
+                        for mode, names in sorted(methods.get(mark, {}).items()))
+        text = {NOT_SUPPORTED: f"**{NOT_SUPPORTED}**: not run, the mode is not available for the "
+                               f"method in this build ({who}; see the table of methods above)",
+                NO_AGGREGATE: f"**{NO_AGGREGATE}**: Local forms no aggregate, so client-level DP "
+                              "has nothing to noise and no guarantee to give",
+                NOT_RUN: f"**{NOT_RUN}**: no committed run of the cell ({who})"}[mark]
+        lines.append(f"- {text}.")
+    return "\n".join(lines)
+
+
+def accuracy_table(setting: str) -> str:
+    seeds = _seed_count(setting)
+    rows, marks = [], set()
+    missing: dict[str, dict[str, set[str]]] = {}
+    for label, (method, key) in ROWS.items():
+        row = [label]
+        for mode, eps in _columns():
+            runs = _runs(setting, mode, eps, method)
+            values = [v for v in (_accuracy(s, key) for s in runs) if v is not None]
+            if values:
+                row.append(_fmt(values, seeds=seeds) + _stopped(runs))
+            else:
+                mark = _missing(method, mode) if mode != "off" else NOT_RUN
+                marks.add(mark)
+                missing.setdefault(mark, {}).setdefault(mode, set()).add(label)
+                row.append(mark)
+        rows.append(row)
+    notes = _notes(marks, {m: v for m, v in missing.items()})
+    if any("spent in round" in cell for row in rows for cell in row):
+        notes += ("\n" if notes else "") + (
+            "- **spent in round r**: the run's client-level target was spent in round r, and no "
+            "model changed from then on. The graph methods' accountant charges a client for every "
+            "aggregate its update enters and for its noised uploads (FLT's centroids, FedSKA's "
+            "descriptors), which depends on the graph learned, so their σ is calibrated as "
+            "FedAvg's (one aggregate a round) and the target stops them once spent.")
+    return table(_header("method"), rows) + ("\n\n" + notes if notes else "")
+
+
+def share_table(setting: str) -> str:
+    seeds = _seed_count(setting)
+    uniform = _uniform_share(setting)
+    rows = []
+    for label in GRAPHS:
+        method = ROWS[label][0]
+        row = [label]
+        for mode, eps in _columns():
+            runs = _runs(setting, mode, eps, method)
+            values = [v for v in (_share(s, uniform) for s in runs) if v is not None]
+            complete = sum(_complete(s) for s in runs)
+            text = (_fmt(values, 2, seeds) if values else
+                    (_missing(method, mode) if mode != "off" else NOT_RUN))
+            row.append(text + (f" ({complete} complete)" if complete else "") + _stopped(runs))
+        rows.append(row)
+    chance = (f" A graph blind to the groups (every pair alike) has {num(uniform, 2)} inside them."
+              if uniform is not None else "")
+    return table(_header("graph"), rows) + "\n\nShare of the learned graph inside the true groups " \
+        "at the end of the run (1: every edge or weight joins clients of the same group)." + chance \
+        + (" **(k complete)**: in k of the seeds FLT found no client structure (its structure check) and " \
+           "averaged every client over the complete graph, whose share is the blind one.")
+
+
+def budget_table(setting: str) -> str:
+    """σ each cell ran with (calibrated to its ε) and the largest ε any client (sample) or the
+    federation (client) reached, with the clients a target stopped."""
+    rows = []
+    for mode in MODES:
+        for eps in EPSILONS:
+            sigmas, reached, stopped = set(), [], 0
+            for method in {m for m, _ in ROWS.values()}:
+                for summary in _runs(setting, mode, eps, method):
+                    privacy = summary.get("privacy") or {}
+                    if not privacy:
+                        continue
+                    sigmas.add(privacy["noise-multiplier"])
+                    reached.append(privacy.get("epsilon-max", privacy.get("epsilon")))
+                    stopped += len(privacy.get("stopped-clients") or [])
+                    stopped += 1 if privacy.get("stopped-round") else 0
+            if not reached:
+                continue
+            rows.append([f'`{mode}`', f"{eps}", " / ".join(num(s, 3) for s in sorted(sigmas)),
+                         num(max(r for r in reached if r is not None), 3), f"{stopped}"])
+    return table(["dp", "target ε", "σ (calibrated)", "largest ε reached", "stops"], rows)
+
+
+def cost_table() -> str:
+    """s/round with DP against the same method without it, paired: the same seed's dp = "off" run in
+    the same process (`benchmarks.compare --config` runs the grid's cells one after another)."""
+    rows = []
+    for setting in SETTINGS:
+        for label, (method, key) in ROWS.items():
+            if key != "personalized":
+                continue
+            base = {s["seed"]: s["seconds-per-round"] for s in _seeded(setting, "off", None, method)}
+            if not base:
+                continue
+            row = [SETTINGS_SHORT[setting], label, num(mean(base.values()), 2)]
+            for mode in MODES:
+                for eps in EPSILONS:
+                    runs = _seeded(setting, mode, eps, method)
+                    pairs = [(s["seconds-per-round"], base[s["seed"]]) for s in runs
+                             if s["seed"] in base and s.get("seconds-per-round")
+                             and not (s.get("privacy") or {}).get("stopped-round")]
+                    if not pairs:
+                        row.append(STOPPED if runs else _missing(method, mode))
+                        continue
+                    ratio = mean(dp / off for dp, off in pairs)
+                    row.append(f"{num(mean(dp for dp, _ in pairs), 2)} ({times(ratio, 1)})")
+            rows.append(row)
+    return table(["setting", "method", "off"] + [f"{mode} ε={eps}" for mode in MODES
+                                                  for eps in EPSILONS], rows)
+
+
+SETTINGS_SHORT = {"label-clusters": "label clusters", "domains": "domains"}
+STOPPED = "stopped early"  # every run's target stopped its training: its rounds cost no training
+
+
+def _seeded(setting: str, mode: str, eps: int | None, method: str) -> list[dict[str, Any]]:
+    """`_runs` with each summary's seed (from its comparison's settings)."""
+    config = grid()
+    out = []
+    by_name = {c["name"]: c for c in config["cells"]}
+    for name in _cells(setting, mode, eps):
+        cell = by_name.get(name)
+        if cell is None or method not in cell.get("methods", config["methods"]):
+            continue
+        for seed in config["seeds"]:
+            path = RESULTS / FOLDER / f"{GRID.stem}-{name}-seed{seed}.json"
+            if path.is_file():
+                data = raw(f"{FOLDER}/{path.stem}")
+                out += [{**s, "seed": data["settings"]["seed"]} for s in data["summaries"]
+                        if s["method"] == method]
+    return out
+
+
+def commands() -> str:
+    """The commands that produced the committed runs, as their JSONs record them."""
+    found: list[str] = []
+    for path in sorted((RESULTS / FOLDER).glob(f"{GRID.stem}-*.json")):
+        command = raw(f"{FOLDER}/{path.stem}")["command"]
+        if command not in found:
+            found.append(command)
+    return "```bash\n" + "\n".join(found) + "\n```"
+
+
+def _reading(setting: str) -> str:
+    """Generated sentences: FedAvg's and SFL*'s accuracy at the smallest and largest ε against
+    ε = ∞ under DP-SGD, and the graphs' share at ε = 1 against ε = ∞."""
+    parts = []
+    for label in ("FedAvg", "FedAvg+FT", "Local", "SFL*"):
+        method, key = ROWS[label]
+        off = mean(_accuracy(s, key) for s in _runs(setting, "off", None, method))
+        low = mean(_accuracy(s, key) for s in _runs(setting, "sample", 1, method))
+        high = mean(_accuracy(s, key) for s in _runs(setting, "sample", 8, method))
+        if None not in (off, low, high):
+            parts.append(f"{label} {num(low, 1)} at ε = 1 and {num(high, 1)} at ε = 8 against "
+                         f"{num(off, 1)} without DP")
+    text = ("Under DP-SGD (`sample`), mean accuracy: " + "; ".join(parts) + ".") if parts else ""
+    client = []
+    for label in ("FedAvg", "FedAvg+FT"):
+        method, key = ROWS[label]
+        low = mean(_accuracy(s, key) for s in _runs(setting, "client", 1, method))
+        high = mean(_accuracy(s, key) for s in _runs(setting, "client", 8, method))
+        if None not in (low, high):
+            client.append(f"{label} {num(low, 1)} at ε = 1 and {num(high, 1)} at ε = 8")
+    if client:
+        text += " Under client-level DP (`client`): " + "; ".join(client) + "."
+    return text
+
+
+def _setting_block(setting: str) -> str:
+    return "\n\n".join(part for part in [
+        f"Personalized accuracy (%, {seeds_caption(setting)}; FedAvg and FedAvg+FT: FedAvg's "
+        f"global model, before and after the local fine-tuning epoch) on {SETTINGS[setting]}:",
+        accuracy_table(setting), _reading(setting), share_table(setting),
+        "Noise multiplier each target ran with, and the ε the accountants ended at (the largest "
+        "over every client, method and seed; **stops**: clients, or federations, whose target ended "
+        "their training early):", budget_table(setting)] if part)
+
+
+@block("privacy-measured-label-clusters")
+def measured_label_clusters(prefix: str) -> str:
+    return _setting_block("label-clusters")
+
+
+@block("privacy-measured-domains")
+def measured_domains(prefix: str) -> str:
+    return _setting_block("domains")
+
+
+@block("privacy-measured-cost")
+def measured_cost(prefix: str) -> str:
+    return ("Median wall time of a round in seconds (train and evaluate, every client of the "
+            "federation in one process on one core), without DP and with it, and in brackets the "
+            "ratio to the run without DP, taken per pair (same method, setting and seed, both runs "
+            "made by the same command one after the other) and averaged over the seeds. A run whose client-level target "
+            "stopped its training early is left out (its later rounds train nothing); "
+            f"**{STOPPED}**: every run was.\n\n" + cost_table()
+            + "\n\nThe commands that made the runs:\n\n" + commands())
