@@ -131,3 +131,20 @@ def test_a_config_without_its_paper_data_is_refused_naming_the_file_and_key(tmp_
         papers.paper_table("c")
     with pytest.raises(FileNotFoundError, match="no paper table"):
         papers.load("missing")
+
+
+def test_fedska_table1s_committed_mnist_run_is_its_cell_and_shown_beside_the_paper():
+    """The MNIST q=2 cell of FedSKA Table 1 is committed as the config runs it (checked_run), and the
+    page shows its numbers, its command and the methods it has not run."""
+    grid = papers.load("fedska-table1")
+    cell = next(c for c in grid["cells"] if c["name"] == "mnist-q2")
+    run = papers.checked_run(grid, cell, "fedska-table1-mnist-q2-seed0")
+    assert run.settings["num-rounds"] == 200 and run.settings["num-clients"] == 100
+    block = papers.paper_table("fedska-table1")
+    row = next(line for line in block.splitlines() if line.startswith("| MNIST q=2: "))
+    assert all(num(run.pers(m)) in row for m in run.methods)
+    assert f"- `fedska-table1-mnist-q2-seed0`: `{run.data['command']}`" in block
+    left = [m for m in grid["methods"] if m not in run.methods]
+    assert papers.not_run(grid, "fedska-table1", cell) == left
+    if left:
+        assert "not run yet: " + ", ".join(f"`{m}`" for m in left) in block
