@@ -22,7 +22,6 @@ from typing import Any
 from flwr.app import ConfigRecord
 
 from server_app.callbacks import Replies, RunCallback
-from strategies.shared.private_aggregation import accountant
 from strategies.shared.privacy import (PRIVACY, Entry, PrivacyInstructions, PrivacyReport, epsilon,
                                        ledger_fields, merged)
 from strategies.shared.run_config import RunConfig
@@ -86,6 +85,8 @@ class Privacy(RunCallback):
         the aggregation upload too)."""
         if self.cfg.dp != "client":
             return {}
+        from strategies.shared.private_aggregation import accountant  # dp='client' only
+
         layer = accountant(self.run.strategy)
         return {} if layer is None else {"privacy": layer.round_fields()}
 
@@ -97,6 +98,8 @@ class Privacy(RunCallback):
                                   "noise-multiplier": cfg.dp_noise_multiplier,
                                   "target-epsilon": cfg.dp_target_epsilon or None}
         if cfg.dp == "client":
+            from strategies.shared.private_aggregation import accountant
+
             layer = accountant(self.run.strategy)
             if layer is not None:
                 fields.update(layer.summary_fields())

@@ -3,14 +3,17 @@ Only the server imports it.
 
 - `ClientLevelDP`: a wrapper of a FedAvg-type strategy (one average of the sampled clients' models)
   that clips each client's update and noises the aggregate.
-- `AggregateNoise` and its opt-in mixin `PrivateAggregates`: the layer of the methods whose server
-  forms one aggregate per client (or per group) as a weighted sum of the clients' models. The method
-  clips each update against the model the client started from (`AggregateNoise.clip`) and hands the
-  layer every aggregate it forms with its weights over the clients (`AggregateNoise.noised`): each
-  aggregate gets Gaussian noise of std σ·C·(the largest weight one client has in it), its
-  sensitivity. Its clients' non-model uploads are clipped and noised on the client
-  (`upload_instructions`, the client layer `client_app/private_upload.py`). The layer accounts every
-  release per client (module `AggregateNoise` doc)."""
+- `AggregateNoise` and its layer `PrivateAggregates`: for the methods whose server forms one
+  aggregate per client (or per group) as a weighted sum of the clients' models and that opt in
+  (`private_aggregates = True` on the strategy class). Under `dp = 'client'` `wrap` puts such a
+  strategy under the layer (its class becomes the method's class with `PrivateAggregates` first);
+  with dp off nothing here is imported. Each update is clipped against the model the client started
+  from (`AggregateNoise.clip`) and every aggregate gets Gaussian noise of std σ·C·(the largest
+  weight one client has in it), its sensitivity (`AggregateNoise.noised`). A method hands the layer
+  what it needs through narrow hooks that say nothing of DP (`PrivateAggregates` doc), or, where it
+  has none yet, calls `private` itself. Its clients' non-model uploads are clipped and noised on the
+  client (`upload_instructions`, the client layer `client_app/private_upload.py`). The layer
+  accounts every release per client (module `AggregateNoise` doc)."""
 
 from __future__ import annotations
 
@@ -38,9 +41,8 @@ def wrap(cfg: RunConfig, strategy: Strategy) -> Strategy:
     keeps a model per client without opting into it is refused."""
     if cfg.dp != "client":
         return strategy
-    if isinstance(strategy, PrivateAggregates):
-        strategy.use_private(AggregateNoise.of(cfg))
-        return strategy
+    if getattr(strategy, "private_aggregates", False):
+        return use_private(strategy, AggregateNoise.of(cfg))
     from strategies.shared.personalized import PersonalizedStrategy
 
     if isinstance(strategy, PersonalizedStrategy):  # one model per client: not one average
@@ -48,7 +50,7 @@ def wrap(cfg: RunConfig, strategy: Strategy) -> Strategy:
 
         raise ConfigError(f"run config: dp = 'client' with method '{cfg.method}': its strategy keeps "
                           "one model per client and does not opt into per-client aggregate noise "
-                          "(PrivateAggregates); set dp='off'")
+                          "(private_aggregates); set dp='off'")
     sampled = max(int(cfg.fraction_train * cfg.num_clients), 1)
     return ClientLevelDP(strategy, noise_multiplier=cfg.dp_noise_multiplier,
                          clip_norm=cfg.dp_clip_norm, delta=cfg.dp_delta,
@@ -352,21 +354,142 @@ class AggregateNoise:
         return dict(enumerate(self.epsilons()))
 
 
+FEATURE_STREAM = 41  # the seeds of the noised rows a learned graph measures
+
+
+class Withheld(Exception):
+    """The target does not allow a release of this round: the method's step stops where it is
+    (its aggregates and models stay as they were)."""
+
+
 class PrivateAggregates:
-    """The opt-in of a per-client-aggregate strategy to `AggregateNoise` (put it first among the
-    bases): `private` is the layer under `dp = 'client'` and None otherwise, when nothing here
-    changes a step. A round starts only when the layer allows it (`begin_round`)."""
+    """The per-client aggregate layer: `use_private` gives a strategy the class `layered_class`,
+    its method class with these methods over it (each calls the method class's own). `private` is
+    its `AggregateNoise`. A round starts only when the
+    layer allows it (`begin_round`). The method's hooks it takes, where the method has them:
 
-    private: AggregateNoise | None = None
+    - `start_of(client)`: the model the client started from; each trained model is clipped against
+      it before the method absorbs it.
+    - `aggregates(server_round)`: the round's per-client aggregates, an object whose `apply(rows,
+      out=)` forms them and whose `operator` [R, N] holds their weights over the rows; each
+      aggregate gets its noise before the method reads it (the rows of clients that have trained
+      are the sensitive ones).
+    - `measured()` and `learner_features(rows)`: the rows a learned graph measures distances between;
+      each client's row is released once, noised with N(0, (σ·C)²), when it trains (its sensitivity
+      is C: a clipped row or update), one Gaussian mechanism charged to it; rows of earlier rounds
+      are kept (released already), so the graph depends on released values only.
 
-    def use_private(self, layer: AggregateNoise) -> None:
-        self.private = layer
+    When a release would take ε past the target, the method's `after_train` stops there
+    (`Withheld`)."""
+
+    private: AggregateNoise
+    method_class: type  # the method's own strategy class (set on the layered class)
+
+    def __reduce_ex__(self, protocol: Any) -> Any:  # checkpoints: rebuilt as the layered class
+        return _layered_instance, (self.method_class,), self.__getstate__()
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
-        if self.private is not None and not self.private.begin_round(server_round):
+        if not self.private.begin_round(server_round):
             return []
-        return super().configure_train(server_round, arrays, config, grid)  # type: ignore[misc]
+        return self.method_class.configure_train(self, server_round, arrays, config, grid)
+
+    def absorb(self, client: int, content: Any) -> None:
+        start_of = getattr(self, "start_of", None)
+        if start_of is not None:  # the model it started from + clip(its update, C)
+            from flwr.app import RecordDict
+
+            from strategies.shared.messages import MODEL
+
+            layout = self.layout  # type: ignore[attr-defined]
+            row = self.private.clip(layout.row(content[MODEL]), start_of(client))
+            content = RecordDict({**dict(content.items()), MODEL: layout.arrays(row)})
+            self.private_trained.append(client)
+        self.method_class.absorb(self, client, content)
+
+    def after_train(self, server_round: int) -> Any:
+        self.private_round, self.private_released = server_round, self.private_trained
+        self.private_trained = []
+        try:
+            return self.method_class.after_train(self, server_round)
+        except Withheld:  # the budget is spent: the aggregates stay as they are
+            return None
+
+    def aggregates(self, server_round: int) -> Any:
+        return NoisedAggregates(self.method_class.aggregates(self, server_round),
+                                self.private, server_round,
+                                self.last_trained >= 0)  # type: ignore[attr-defined]
+
+    def learner_features(self, rows: Any = None) -> Any:
+        import torch
+
+        private, source = self.private, self.measured()  # type: ignore[attr-defined]
+        if self.private_rows is None:
+            self.private_rows = self.matrix_storage.copy(source)  # type: ignore[attr-defined]
+        clients = sorted(set(self.private_released))
+        extra = torch.zeros(self.num_clients, dtype=torch.float64)  # type: ignore[attr-defined]
+        extra[clients] = 1.0 / private.noise_multiplier ** 2
+        if not private.afford(self.private_round, extra):
+            raise Withheld
+        generator = torch.Generator().manual_seed(private.next_seed(FEATURE_STREAM))
+        std = private.noise_multiplier * private.clip_norm
+        for client in clients:
+            noise = torch.randn(source.shape[1], generator=generator, dtype=torch.float64)
+            self.private_rows[client] = (source[client].to(torch.float64)
+                                         + std * noise).to(source.dtype)
+        return self.method_class.learner_features(self, self.private_rows)
+
+
+class NoisedAggregates:
+    """A method's per-client aggregates (`apply`, `operator`) with each aggregate's noise added
+    (`AggregateNoise.noised`), charged before they are formed; `Withheld` when the target does not
+    allow them."""
+
+    def __init__(self, plain: Any, private: AggregateNoise, server_round: int,
+                 sensitive: Any) -> None:
+        self.plain, self.private, self.round, self.sensitive = plain, private, server_round, sensitive
+
+    @property
+    def operator(self) -> Any:
+        return self.plain.operator
+
+    def apply(self, rows: Any, out: Any = None) -> Any:
+        private, weights = self.private, self.plain.operator
+        if not private.afford(self.round, private.cost(weights, self.sensitive)[1]):
+            raise Withheld
+        aggregated = self.plain.apply(rows, out=out)
+        private.noised(self.round, aggregated, weights, self.sensitive, charge=False)
+        return aggregated
+
+
+_LAYERED: dict[type, type] = {}
+
+
+def layered_class(method_class: type) -> type:
+    """`method_class` under the layer: a subclass (of the same layout, so an instance's class can be
+    swapped) holding `PrivateAggregates`' methods; one per method class."""
+    if method_class not in _LAYERED:
+        methods = {name: value for name, value in vars(PrivateAggregates).items()
+                   if callable(value) and (not name.startswith("__") or name == "__reduce_ex__")}
+        _LAYERED[method_class] = type(f"Private{method_class.__name__}", (method_class,),
+                                      {**methods, "method_class": method_class,
+                                       "__module__": __name__})
+    return _LAYERED[method_class]
+
+
+def _layered_instance(method_class: type) -> Any:
+    return object.__new__(layered_class(method_class))
+
+
+def use_private(strategy: Any, layer: AggregateNoise) -> Any:
+    """`strategy` (of a class that sets `private_aggregates`) under the per-client aggregate layer
+    `layer`: its class becomes the layered one; returns it."""
+    if "method_class" not in vars(type(strategy)):
+        strategy.__class__ = layered_class(type(strategy))
+    strategy.private = layer
+    strategy.private_trained, strategy.private_released, strategy.private_round = [], [], 0
+    strategy.private_rows = None
+    return strategy
 
 
 def accountant(strategy: Any) -> ClientLevelDP | AggregateNoise | None:

@@ -74,7 +74,6 @@ from strategies.shared.graph import fresh_graph, structure_share
 from strategies.shared.messages import CONFIG, GLOBAL, METRICS, MODEL, PERSONAL
 from strategies.shared.personalized import PersonalizedStrategy, weighted_mean
 from strategies.shared.privacy import DP_UPLOAD
-from strategies.shared.private_aggregation import PrivateAggregates
 from strategies.shared.phases import CountsTraffic, Phase, PhasedStrategy, Steps
 from strategies.shared.priors import ClientReports, check_adjacency
 from strategies.methods.fedska.structure_learning import (
@@ -94,10 +93,10 @@ GRAPH_HISTORY_MAX_CLIENTS = 256  # keep every round's S (learned-graphs.npy, per
 HEAD_PREFIX = "head."
 
 
-class FedSKA(PrivateAggregates, PersonalizedStrategy, PhasedStrategy, CountsTraffic):
+class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
     """FedSKA's server half (spec §3). Client models are rows of V (their last trained model).
 
-    Under `dp = 'client'` (`PrivateAggregates`): each trained model is clipped against the model
+    Under `dp = 'client'` (the aggregate layer): each trained model is clipped against the model
     the client started from; w̄ gets noise σ·C·(the largest n-weight) and every graph start u_k
     noise σ·C·(the largest weight of Ŝ's row k on a trained client); the descriptors, slot
     features and slot-loss gradients leave the clients clipped and noised (`dp-upload`), so S, P,
@@ -106,6 +105,8 @@ class FedSKA(PrivateAggregates, PersonalizedStrategy, PhasedStrategy, CountsTraf
     UPLOADS = (DESCRIPTOR, SLOT_FEATURES, GRAD)  # what a train reply may carry besides the model
 
     train_message_type = TRAIN_FEDSKA
+    private_aggregates = True  # dp='client' runs it under the per-client aggregate layer
+    private: Any = None  # that layer's AggregateNoise (set by it)
     train_reply = FedSKATrainReply
     _structure_seconds: float | None = None  # the last structure-learning fit (for the progress log)
     # the run config key whose label-sharing prior is built from the label sets the clients report

@@ -57,7 +57,6 @@ from strategies.methods.flt.neighbourhood import NeighbourhoodModels, neighbourh
 from strategies.shared.params import ParameterLayout
 from strategies.shared.personalized import PersonalizedStrategy, weighted_mean
 from strategies.shared.privacy import DP_UPLOAD
-from strategies.shared.private_aggregation import PrivateAggregates
 from strategies.shared.phases import Phase, PhasedStrategy, Steps
 from strategies.methods.flt.relatedness import (
     Relatedness,
@@ -80,11 +79,11 @@ KMEANS_SEED = 43  # [C] sklearn KMeans(random_state=43)
 _PRETRAIN_STREAM = 13  # mixed into the seed of the server pretraining's batch order
 
 
-class FLT(PrivateAggregates, PersonalizedStrategy, PhasedStrategy):
+class FLT(PersonalizedStrategy, PhasedStrategy):
     """FLT over the reachable clients: FCR inside round 1's `configure_train`, then graph-weighted averaging
     of per-client models after every round.
 
-    Under `dp = 'client'` (`PrivateAggregates`): every autoencoder and model a client trains is
+    Under `dp = 'client'` (the aggregate layer): every autoencoder and model a client trains is
     clipped against the one it was sent, the autoencoder's mean and every distinct neighbourhood
     aggregate get Gaussian noise of std σ·C·(the largest weight a client trained this round has in
     it; the held models of the others are earlier releases), and the centroids leave the clients
@@ -92,6 +91,8 @@ class FLT(PrivateAggregates, PersonalizedStrategy, PhasedStrategy):
     (docs/privacy.md)."""
 
     train_message_type = TRAIN_LOCAL
+    private_aggregates = True  # dp='client' runs it under the per-client aggregate layer
+    private: Any = None  # that layer's AggregateNoise (set by it)
 
     def __init__(self, num_clients: int, fraction_train: float, settings: FLTSection, *,
                  input_shape: tuple[int, int, int], seed: int = 0,

@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -40,7 +39,6 @@ from strategies.shared.graph import (
 from strategies.methods.sfl.graph_learner import GraphLearner, blend
 from strategies.shared.messages import CONFIG, GLOBAL, MODEL, PERSONAL
 from strategies.shared.personalized import PersonalizedStrategy
-from strategies.shared.private_aggregation import PrivateAggregates
 from strategies.shared.priors import ClientReports, check_adjacency, given_graph
 
 if TYPE_CHECKING:
@@ -51,20 +49,17 @@ if TYPE_CHECKING:
 log = logging.getLogger("flwr.bouquet")
 
 GRAPH_HISTORY_MAX_CLIENTS = 256  # keep every round's graph (for learned-graphs.npy) up to this N
-SFL_FEATURE_STREAM = 41  # dp='client': the seeds of the learner's noised rows
 
 
-class SFL(PrivateAggregates, PersonalizedStrategy):
+class SFL(PersonalizedStrategy):
     """SFL (given graph) and, with a `learner`, SFL* (learned graph blended into the prior).
 
-    Under `dp = 'client'` (`PrivateAggregates`): each trained model is clipped against the model
-    the client started from, every row of U gets its aggregate's noise before the read-out (so w
-    is computed from noised rows), and SFL*'s learner measures distances between noised copies of
-    the clipped rows (or updates): each client's copy gets N(0, (σ·C)²) when it trains, one more
-    Gaussian mechanism, so the learned graph, and with it U's weights, depend on released values
-    only (docs/privacy.md)."""
+    Its per-client aggregates are `aggregates` (U = P·V), what the learner measures `measured`
+    and where a client's training started `start_of`: under `dp = 'client'` the layer of
+    strategies/shared/private_aggregation.py takes these (docs/privacy.md)."""
 
     train_message_type = TRAIN_SFL
+    private_aggregates = True  # dp='client' runs it under the per-client aggregate layer
 
     def __init__(self, num_clients: int, fraction_train: float, settings: SFLSection, *,
                  prior: np.ndarray | None, learner: GraphLearner | None = None,
@@ -94,8 +89,6 @@ class SFL(PrivateAggregates, PersonalizedStrategy):
         self.seconds: list[float] = []  # per-round server aggregation time (learner + GCN + read-out)
         self._absorbed = 0
         self._report: dict[str, Any] = {}
-        self.noised_features: torch.Tensor | None = None  # dp='client', SFL*: the learner's rows
-        self._absorbed_clients: list[int] = []
 
     def _set_prior(self, prior: np.ndarray | None) -> None:
         """A (checked), Â = rownorm(A); SFL: Â is the graph of every round and its propagation."""
@@ -147,18 +140,14 @@ class SFL(PrivateAggregates, PersonalizedStrategy):
     def absorb(self, client: int, content: RecordDict) -> None:
         """V_i ← v_i, the model the client trained (`model`); with `gl-features=updates` also the
         client's update v_i − (the model it started from: u_i or w)."""
-        row = self.layout.row(content[MODEL])
-        start = None
-        if self.updates is not None or self.private is not None:
-            start = (self.aggregated[client] if self.settings.start == "personal"
-                     else self.global_row)
-        if self.private is not None:
-            row = self.private.clip(row, start)  # start + clip(v_i − start, C)
-            self._absorbed_clients.append(client)
-        self.personal[client] = row
+        self.personal[client] = self.layout.row(content[MODEL])
         if self.updates is not None:
-            self.updates[client] = self.personal[client] - start
+            self.updates[client] = self.personal[client] - self.start_of(client)
         self._absorbed += 1
+
+    def start_of(self, client: int) -> torch.Tensor:
+        """The model client `client` started its training from: u_i or w (`sfl.start`)."""
+        return self.aggregated[client] if self.settings.start == "personal" else self.global_row
 
     # --- server step --------------------------------------------------------------------------
     def row_weights(self, server_round: int) -> torch.Tensor | None:
@@ -179,14 +168,8 @@ class SFL(PrivateAggregates, PersonalizedStrategy):
         report: dict[str, Any] = {}
         weights = self.row_weights(server_round)
         trained = None if weights is None else weights > 0
-        absorbed, self._absorbed_clients = self._absorbed_clients, []
         if self.learner is not None:
-            features = self.learner_features()
-            if self.private is not None:
-                features = self.private_features(server_round, absorbed)
-                if features is None:  # the budget is spent: U and w stay as they are
-                    return None
-            self.learned = self.learner.fit(features, include=trained)
+            self.learned = self.learner.fit(self.learner_features(), include=trained)
             graph = blend(self.prior_hat, self.learned, self.settings.beta)
             self._use_graph(graph, weights)
             if self.truth is not None:
@@ -200,16 +183,8 @@ class SFL(PrivateAggregates, PersonalizedStrategy):
         elif weights is not None:
             self._use_graph(self.prior_hat, weights)
         base = self.prior_hat if self.learner is None else graph if weights is not None else None
-        noise = None
-        if self.private is not None:  # each row of U: σ·C·(its largest weight on a trained row)
-            private, operator = self.private, self.propagation.operator
-            sensitive = self.last_trained >= 0
-            if not private.afford(server_round, private.cost(operator, sensitive)[1]):
-                return None  # the budget is spent: U and w stay as they are
-            noise = lambda rows: private.noised(server_round, rows, operator, sensitive,  # noqa: E731
-                                                charge=False)
-        self.aggregated, global_row = sfl_step(self.propagation, self.personal, weights, base,
-                                               out=self.aggregated, noise=noise)
+        self.aggregated, global_row = sfl_step(self.aggregates(server_round), self.personal,
+                                               weights, base, out=self.aggregated)
         self.global_row = global_row
         seconds = time.perf_counter() - started
         self.seconds.append(seconds)
@@ -220,38 +195,24 @@ class SFL(PrivateAggregates, PersonalizedStrategy):
         self._report = report
         return self.layout.arrays(global_row)
 
-    def private_features(self, server_round: int, clients: list[int]) -> torch.Tensor | None:
-        """dp='client': what the learner measures, each row noised once, when its client trains:
-        the clipped update (gl-features=updates; sensitivity C) or the clipped row (s + clip(v − s),
-        s released: sensitivity C), plus N(0, (σ·C)²), charged as one Gaussian mechanism per
-        client; rows of earlier rounds are kept (released already). None: the budget is spent."""
-        private = self.private
-        source = self.updates if self.updates is not None else self.personal
-        if self.noised_features is None:
-            self.noised_features = self.matrix_storage.copy(source)
-        extra = torch.zeros(self.num_clients, dtype=torch.float64)
-        extra[sorted(set(clients))] = 1.0 / private.noise_multiplier ** 2
-        if not private.afford(server_round, extra):
-            return None
-        generator = torch.Generator().manual_seed(private.next_seed(SFL_FEATURE_STREAM))
-        std = private.noise_multiplier * private.clip_norm
-        for client in sorted(set(clients)):
-            noise = torch.randn(source.shape[1], generator=generator, dtype=torch.float64)
-            self.noised_features[client] = (source[client].to(torch.float64)
-                                            + std * noise).to(source.dtype)
-        if self.updates is None:
-            return self.noised_features
-        norms = self.noised_features.norm(dim=1, keepdim=True)
-        return self.noised_features / torch.where(norms > 0, norms, torch.ones_like(norms))
+    def aggregates(self, server_round: int) -> GCNPropagation:
+        """This round's per-client aggregates U = P·V: the planned propagation (`apply`, and its
+        weights over the rows of V, `operator`)."""
+        return self.propagation
 
-    def learner_features(self) -> torch.Tensor:
-        """What SFL*'s learner measures distances between: the rows of V (spec), or with
-        `gl-features=updates` every client's last update scaled to unit norm (distances then
-        order pairs by the cosine of their updates, which rows of different ages keep comparable)."""
+    def measured(self) -> torch.Tensor:
+        """The rows SFL*'s learner measures: V (spec), or with `gl-features=updates` the updates."""
+        return self.personal if self.updates is None else self.updates
+
+    def learner_features(self, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """What SFL*'s learner measures distances between: `rows` (default `measured`), with
+        `gl-features=updates` each scaled to unit norm (distances then order pairs by the cosine of
+        the updates, which rows of different ages keep comparable)."""
+        rows = self.measured() if rows is None else rows
         if self.updates is None:
-            return self.personal
-        norms = self.updates.norm(dim=1, keepdim=True)
-        return self.updates / torch.where(norms > 0, norms, torch.ones_like(norms))
+            return rows
+        norms = rows.norm(dim=1, keepdim=True)
+        return rows / torch.where(norms > 0, norms, torch.ones_like(norms))
 
     def _use_graph(self, graph: torch.Tensor | np.ndarray, weights: torch.Tensor | None) -> None:
         """Â for this round's propagation: rownorm(A) (spec), or with the row weights
@@ -322,17 +283,13 @@ class SFL(PrivateAggregates, PersonalizedStrategy):
 
 # --- building from the run config -----------------------------------------------------------------
 def sfl_step(propagation: GCNPropagation, rows: torch.Tensor, weights: torch.Tensor | None,
-             graph: torch.Tensor | np.ndarray | None, out: torch.Tensor | None = None,
-             noise: Callable[[torch.Tensor], Any] | None = None
+             graph: torch.Tensor | np.ndarray | None, out: torch.Tensor | None = None
              ) -> tuple[torch.Tensor, torch.Tensor]:
     """SFL's server step on plain tensors (§3.3): U = α·Â^L·V + (1−α)·V with the planned
     `propagation`, and the global model w = the mean of U's rows (spec, `weights` None) or their
     `weights`-weighted mean, where a client that never trained and has no trained neighbour in
-    `graph` gets w as its row. `noise` (dp='client') adds each row's noise to U in place before
-    the read-out. Returns (U, w)."""
+    `graph` gets w as its row. Returns (U, w)."""
     aggregated = propagation.apply(rows, out=out)
-    if noise is not None:
-        noise(aggregated)
     if weights is None:
         return aggregated, aggregated.mean(dim=0)  # read-out: unweighted mean (§6.6)
     global_row = (weights / weights.sum()).to(torch.float32) @ aggregated
