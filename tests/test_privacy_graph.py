@@ -255,3 +255,24 @@ def test_a_per_client_strategy_that_does_not_opt_in_is_refused_and_off_changes_n
     off = RunConfig.from_flower({**default_run_config(), "method": "sfl", "num-clients": 4})
     strategy = _sfl(None, torch.zeros(4, 3), {})
     assert wrap(off, strategy) is strategy and type(strategy).__name__ == "SFL"
+
+
+def test_with_dp_off_the_layer_is_neither_imported_nor_run():
+    """With dp off the per-client aggregate layer is absent: a run of SFL, and the server, client
+    and method modules of SFL, FLT and FedSKA, load neither it nor the client's upload layer."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    run = {**BASE, "method": "sfl", "dp": "off", "num-rounds": 1}
+    code = ("import json, sys, tempfile\n"
+            "import server_app.app, client_app.app\n"
+            "import strategies.methods.sfl.server, strategies.methods.flt.server\n"
+            "import strategies.methods.fedska.server\n"
+            "from server_app.harness.simulate import simulate\n"
+            f"simulate({{**{run!r}, 'output-dir': tempfile.mkdtemp(), 'run-name': 'off'}})\n"
+            "print(json.dumps(sorted(m for m in sys.modules if m in ("
+            "'strategies.shared.private_aggregation', 'client_app.private_upload'))))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent,
+                         capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []

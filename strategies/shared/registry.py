@@ -85,13 +85,17 @@ def build_strategy(cfg: RunConfig, storage: ClientMatrixStorage | None = None) -
     under `secure-aggregation` (strategies/shared/secure_sum.py)."""
     from strategies.shared.client_matrix import ClientMatrixStorage
 
-    from strategies.shared.private_aggregation import wrap
     from strategies.shared.secure_sum import wrap as secure
 
     if storage is None:
         storage = ClientMatrixStorage(cfg.client_matrix_mmap_bytes)
-    # client-level DP's aggregation, secure aggregation (the run config allows one of them)
-    return secure(cfg, wrap(cfg, METHODS[cfg.method].strategy(cfg, storage)))
+    strategy = METHODS[cfg.method].strategy(cfg, storage)
+    if cfg.dp == "client":  # client-level DP's aggregation: its module is loaded only then
+        from strategies.shared.private_aggregation import wrap
+
+        strategy = wrap(cfg, strategy)
+    # secure aggregation (the run config allows it or client-level DP, not both)
+    return secure(cfg, strategy)
 
 
 def discover() -> list[Method]:
