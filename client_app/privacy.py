@@ -11,8 +11,9 @@ nothing changes.
 rate q = 1 / ⌈n / batch-size⌉ for ⌈n / batch-size⌉ steps per epoch (as Opacus' DP data loader), each
 example's gradient clipped to `max-grad-norm` (per-example gradients from Opacus' `GradSampleModule`),
 Gaussian noise of std σ·C added to their sum (Opacus' `DPOptimizer`), divided by the expected batch
-size. A method's penalty (a proximal pull) does not read the data: its gradient is added after the
-noise. The sampling and the noise come from generators seeded by the handler's own (seed, client,
+size. A method's penalty that does not read the data (a proximal pull): its gradient is added
+after the noise. One that does (FedSKA's structure pull) exposes `per_example`, the sum of the
+last batch's per-example penalty terms: it joins each example's loss before clipping. The sampling and the noise come from generators seeded by the handler's own (seed, client,
 round) generator, so a run is reproducible. With a target ε, the client takes only the steps that
 keep its ε (its ledger, the request's, plus this message's) within it.
 """
@@ -107,9 +108,10 @@ def dp_train_epochs(
             index = (torch.rand(n, generator=sampling) < rate).nonzero().squeeze(1).to(x.device)
             optimizer.zero_grad(set_to_none=True)
             loss = _sample_losses(wrapped(x[index]), y[index], task)
-            loss.backward()
+            per_example = getattr(penalty, "per_example", None)  # a penalty that reads the batch
+            (loss + per_example() if per_example is not None else loss).backward()
             optimizer.pre_step()  # clip per example, add noise, average: p.grad
-            pull = penalty(model) if penalty is not None else None
+            pull = penalty(model) if penalty is not None and per_example is None else None
             if pull is not None and pull.requires_grad:  # data-independent: its exact gradient,
                 # after the noise (a constant penalty, e.g. SFL's with reg-grad off, has none)
                 for p, g in zip(params, torch.autograd.grad(pull, params, allow_unused=True)):

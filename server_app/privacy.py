@@ -4,7 +4,9 @@ run callback.
 `dp = 'sample'`: every train request carries a `privacy` record with the DP-SGD settings and the
 ledger, the steps each client has taken in earlier rounds (a deployed ClientApp keeps nothing
 between messages, so the server keeps it for the clients); each train reply's `privacy` report adds
-its steps to the ledger. `dp = 'client'`: the strategy's wrapper (`ClientLevelDP`) or, for
+its steps to the ledger; a method whose clients also upload noised records under `sample` (FedSKA,
+its `sample_uploads`, `strategies.shared.privacy.UploadLedger`) has them added to the same ledger as
+Gaussian mechanisms (σ_u, rate 1, records), so a client's ε composes both in RDP. `dp = 'client'`: the strategy's wrapper (`ClientLevelDP`) or, for
 per-client aggregates, its layer (`AggregateNoise`) noises each aggregate and accounts for it.
 Either way each round's record gets `privacy`: ε at δ (the largest and mean of the clients' under
 `sample`, the federation's under `client`), and under `sample` the clients whose target stopped
@@ -73,6 +75,24 @@ class Privacy(RunCallback):
                              "trains no more", server_round, client, cfg.dp_target_epsilon,
                              self.client_epsilon(client))
         self.stopped.update(stopped)
+        self.take_uploads()
+        return self.sample_fields()
+
+    def uploads(self) -> Any:
+        """The strategy's UploadLedger under dp='sample' (None: its clients upload nothing more)."""
+        run = getattr(self, "run", None)
+        return getattr(getattr(run, "strategy", None), "sample_uploads", None)
+
+    def take_uploads(self) -> None:
+        """Add the noised uploads the strategy has charged since the last call to the ledger."""
+        uploads = self.uploads()
+        if uploads is None:
+            return
+        for client, entries in uploads.take().items():
+            self.ledger[client] = merged([*self.ledger.get(client, []), *entries])
+
+    def sample_fields(self) -> dict[str, Any]:
+        cfg = self.cfg
         per_client = [self.client_epsilon(c) for c in range(cfg.num_clients)]
         trained = [per_client[c] for c in self.ledger]
         return {"privacy": {"epsilon-max": max(trained, default=0.0),
@@ -81,8 +101,13 @@ class Privacy(RunCallback):
                             "epsilon-per-client": per_client}}
 
     def round_fields(self, server_round: int) -> dict[str, Any]:
-        """dp='client': ε after the round, every phase of it included (a method's exchanges after
-        the aggregation upload too)."""
+        """ε after the round, every phase of it included (a method's exchanges after the
+        aggregation upload too): dp='client', and dp='sample' for a method with noised uploads."""
+        if self.cfg.dp == "sample" and self.uploads() is not None:
+            self.take_uploads()  # the uploads of the round's later phases (e.g. split learning)
+            fields = self.sample_fields()
+            fields["privacy"]["uploads"] = self.uploads().uploads
+            return fields
         if self.cfg.dp != "client":
             return {}
         from strategies.shared.private_aggregation import accountant  # dp='client' only
@@ -107,9 +132,13 @@ class Privacy(RunCallback):
             for client in summary.get("clients", []) if per_client else []:
                 client["epsilon"] = per_client.get(client["client-id"], 0.0)
         else:
+            self.take_uploads()
             per_client = {c: self.client_epsilon(c) for c in range(cfg.num_clients)}
             fields.update({"epsilon-max": max(per_client.values(), default=0.0),
                            "stopped-clients": sorted(self.stopped)})
+            if self.uploads() is not None:
+                fields.update({"uploads": self.uploads().uploads,
+                               "upload-noise-multiplier": cfg.dp_upload_noise_multiplier})
             for client in summary.get("clients", []):
                 client["epsilon"] = per_client.get(client["client-id"], 0.0)
         summary["privacy"] = fields

@@ -98,18 +98,39 @@ class StructurePull(nn.Module):
         self._features = self.model.features(self.x[ids])
         return self.model.head(self._features)
 
-    def penalty(self, _: nn.Module) -> torch.Tensor:
+    def _terms(self) -> torch.Tensor:
         ids = self._ids
         cos = F.cosine_similarity(self._features, self.targets[ids], dim=1, eps=1e-8)
         terms = (1.0 - cos) * self.has_target[ids].to(cos.dtype)
-        value = terms.mean()
         self.total += float(terms.detach().sum())
         self.count += int(self.has_target[ids].sum())
-        return self.lambda_s * value
+        return terms
+
+    def penalty(self, _: nn.Module) -> torch.Tensor:
+        return self.lambda_s * self._terms().mean()
+
+    def per_example(self) -> torch.Tensor:
+        """λ_S·Σ_{i∈batch} L_S,i: the per-example terms DP-SGD adds to each example's loss before
+        clipping (client_app/privacy.py), since L_S reads the batch."""
+        return self.lambda_s * self._terms().sum()
 
     @property
     def mean_structure_loss(self) -> float | None:
         return self.total / self.count if self.count else None
+
+
+class StructurePenalty:
+    """`StructurePull`'s penalty as `train_epochs` takes it (`penalty(model)`), with `per_example`
+    for DP-SGD."""
+
+    def __init__(self, pull: StructurePull) -> None:
+        self.pull = pull
+
+    def __call__(self, model: nn.Module) -> torch.Tensor:
+        return self.pull.penalty(model)
+
+    def per_example(self) -> torch.Tensor:
+        return self.pull.per_example()
 
 
 @torch.no_grad()
@@ -186,7 +207,7 @@ def train(message: Message, context: Context) -> Message:
                              f"[num-slots, d] = [{slots}, {model.feature_dim}]")
         targets, has = slot_targets(encodings, permutation)
         pulled = StructurePull(model, x, targets.to(rt.device), has.to(rt.device), ins.lambda_s)
-        loss = train_epochs(pulled, ids, y[ids], penalty=pulled.penalty, **common)
+        loss = train_epochs(pulled, ids, y[ids], penalty=StructurePenalty(pulled), **common)
         structure_loss = pulled.mean_structure_loss
     elif index is None:  # round 1 (h^g = 0): cos(·, 0) = 0, L_S is a constant
         loss = train_epochs(model, x, y, **common)

@@ -203,7 +203,7 @@ def clip_scale(norm: float, clip_norm: float) -> float:
 
 
 class UploadInstructions(Record):
-    """`dp-upload` of a request under `dp = 'client'`: the reply's ArrayRecords named in `records`
+    """`dp-upload` of a request under `dp = 'client'` (or `sample`, `UploadLedger`): the reply's ArrayRecords named in `records`
     leave the client clipped (each record's floating arrays together) to L2 norm `clip-norm` and
     with Gaussian noise of std `noise-multiplier` × `clip-norm` on every value, drawn from a
     generator seeded by `seed` (`noised_record`)."""
@@ -235,6 +235,58 @@ def noised_record(record: Any, clip_norm: float, std: float, generator: Any) -> 
             value = (value.astype(np.float64) * scale + noise).astype(value.dtype)
         out[name] = Array(np.ascontiguousarray(value))
     return ArrayRecord(out)
+
+
+class UploadLedger:
+    """`dp = 'sample'`, a method whose clients upload more than what DP-SGD trained (FedSKA's
+    descriptor, slot features and slot-loss gradients): those records leave the client clipped to
+    `dp-upload-clip-norm` and noised with σ_u = `dp-upload-noise-multiplier` by the same client layer
+    as under `client` (`upload_instructions`, client_app/private_upload.py), each one Gaussian
+    mechanism of noise multiplier σ_u on that client's data. The strategy charges the records it
+    receives (`charge_uploads`); the run's DP-SGD ledger (server_app/privacy.py) takes them
+    (`take`) as entries (σ_u, rate 1, records), so each client's ε is Opacus' RDP of its DP-SGD steps
+    and its uploads added order by order. Same interface as the client-level layer's uploads."""
+
+    STREAM = 43  # keeps the upload noise's seeds apart from other seeded draws
+
+    def __init__(self, *, upload_noise_multiplier: float, upload_clip_norm: float, seed: int) -> None:
+        self.upload_noise_multiplier = upload_noise_multiplier
+        self.upload_clip_norm = upload_clip_norm
+        self.seed = seed
+        self.draws = 0  # upload instructions issued (each gets its own seed)
+        self.pending: dict[int, int] = {}  # client -> noised records received, not yet taken
+        self.uploads = 0  # noised upload records received
+
+    @classmethod
+    def of(cls, cfg: RunConfig) -> UploadLedger | None:
+        """The ledger of a `dp = 'sample'` run; None under any other mode."""
+        if cfg.dp != "sample":
+            return None
+        return cls(upload_noise_multiplier=cfg.dp_upload_noise_multiplier,
+                   upload_clip_norm=cfg.dp_upload_clip_norm, seed=cfg.seed)
+
+    def upload_instructions(self, records: list[str]) -> Any:
+        """The `dp-upload` record of a request whose reply carries the non-model `records`."""
+        self.draws += 1
+        seed = 0
+        for part in (self.seed, self.STREAM, self.draws):
+            seed = (seed * 1_000_003 + int(part)) % (2**63 - 1)
+        return UploadInstructions(noise_multiplier=self.upload_noise_multiplier,
+                                  clip_norm=self.upload_clip_norm, records=records,
+                                  seed=seed).config()
+
+    def charge_uploads(self, clients: Iterable[int], records: int = 1) -> None:
+        """Charge `records` noised upload records received from each of `clients`."""
+        for client in clients:
+            self.pending[int(client)] = self.pending.get(int(client), 0) + int(records)
+            self.uploads += int(records)
+
+    def take(self) -> dict[int, list[Entry]]:
+        """client -> the accounting entries of the uploads charged since the last call."""
+        taken = {client: [(self.upload_noise_multiplier, 1.0, count)]
+                 for client, count in self.pending.items() if count > 0}
+        self.pending = {}
+        return taken
 
 
 # --- run-config checks ---------------------------------------------------------------------------

@@ -100,13 +100,17 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
     the client started from; w̄ gets noise σ·C·(the largest n-weight) and every graph start u_k
     noise σ·C·(the largest weight of Ŝ's row k on a trained client); the descriptors, slot
     features and slot-loss gradients leave the clients clipped and noised (`dp-upload`), so S, P,
-    GNN_E and H^g are computed from noised uploads only (docs/privacy.md)."""
+    GNN_E and H^g are computed from noised uploads only (docs/privacy.md). Under `dp = 'sample'`
+    (DP-SGD on the clients) the same uploads leave the clients clipped and noised and are charged
+    to `sample_uploads` (`strategies.shared.privacy.UploadLedger`), which the run's ledger composes
+    with each client's DP-SGD steps."""
 
     UPLOADS = (DESCRIPTOR, SLOT_FEATURES, GRAD)  # what a train reply may carry besides the model
 
     train_message_type = TRAIN_FEDSKA
     private_aggregates = True  # dp='client' runs it under the per-client aggregate layer
     private: Any = None  # that layer's AggregateNoise (set by it)
+    sample_uploads: Any = None  # dp='sample': the UploadLedger of the noised uploads (build_fedska)
     train_reply = FedSKATrainReply
     _structure_seconds: float | None = None  # the last structure-learning fit (for the progress log)
     # the run config key whose label-sharing prior is built from the label sets the clients report
@@ -197,8 +201,15 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
             self._dp_global = arrays
             if start is not None:
                 self._dp_from_start.add(client)
-            records[DP_UPLOAD] = self.private.upload_instructions(list(self.UPLOADS))
+        if self.uploads is not None:
+            records[DP_UPLOAD] = self.uploads.upload_instructions(list(self.UPLOADS))
         return RecordDict(records)
+
+    @property
+    def uploads(self) -> Any:
+        """What noises and accounts the clients' non-model uploads: the client-level layer, or
+        under dp='sample' the UploadLedger; None with dp off."""
+        return self.private if self.private is not None else self.sample_uploads
 
     def start_arrays(self, client: int) -> ArrayRecord | None:
         """`start='graph'`: the client's row u_k of Ŝ·V once it has trained; None = start from w̄."""
@@ -214,7 +225,8 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
             start = (self.starts[client] if client in self._dp_from_start
                      else self.layout.row(self._dp_global))
             self.personal[client] = self.private.clip(self.personal[client], start)
-            self.private.charge_uploads([client], sum(name in content for name in self.UPLOADS))
+        if self.uploads is not None:
+            self.uploads.charge_uploads([client], sum(name in content for name in self.UPLOADS))
         self._trained.append(client)
         metrics = FedSKATrainReply.read(content[METRICS])
         if metrics.structure_loss is not None:
@@ -380,8 +392,11 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
 
     def _private_query(self, server_round: int, clients: list[int], records: list[str]
                        ) -> list[ConfigRecord] | None:
-        """dp='client': one `dp-upload` record per client of a query whose replies carry
-        `records`; None (training stops) when their noise would take ε past the target."""
+        """dp='client' or 'sample': one `dp-upload` record per client of a query whose replies
+        carry `records`; None (training stops) when their noise would take the client-level ε past
+        its target."""
+        if self.private is None:  # dp='sample': no target on uploads (build_fedska refuses one)
+            return [self.sample_uploads.upload_instructions(records) for _ in clients]
         extra = torch.zeros(self.num_clients, dtype=torch.float64)
         extra[clients] = len(records) / self.private.upload_noise_multiplier ** 2
         if not self.private.affordable(extra):
@@ -401,15 +416,16 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
         slot_config = SlotInstructions(num_slots=self._slot_count(), seed=self.seed).config()
         messages = [Message(RecordDict({GLOBAL: arrays, CONFIG: slot_config}), dst_node_id=c,
                             message_type=QUERY_SKA_EMBED) for c in trained]
-        if self.private is not None:
-            uploads = self._private_query(self.private.round, trained, [SLOT_FEATURES])
+        if self.uploads is not None:
+            uploads = self._private_query(getattr(self.private, "round", 0), trained,
+                                          [SLOT_FEATURES])
             if uploads is None:
                 return {}
             for message, upload in zip(messages, uploads):
                 message.content[DP_UPLOAD] = upload
         replies = yield Phase(QUERY_SKA_EMBED, messages)
-        if self.private is not None:
-            self.private.charge_uploads(client for client, _ in replies)
+        if self.uploads is not None:
+            self.uploads.charge_uploads(client for client, _ in replies)
         answered = [client for client, reply in replies
                     if self._store_slots(client, reply.content[SLOT_FEATURES])]
         self._close_phase("embed", len(trained))
@@ -514,8 +530,8 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
             messages = [Message(RecordDict({
                 SLOT_ENCODING: ArrayRecord({H_G: _array(encodings[:, c, :])}), HEAD: head,
                 CONFIG: slot_config}), dst_node_id=c, message_type=QUERY_SKA_GRAD) for c in clients]
-            if self.private is not None:
-                uploads = self._private_query(self.private.round, clients, [GRAD])
+            if self.uploads is not None:
+                uploads = self._private_query(getattr(self.private, "round", 0), clients, [GRAD])
                 if uploads is None:
                     break
                 for message, upload in zip(messages, uploads):
@@ -523,8 +539,8 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
             grads: dict[int, torch.Tensor] = {}
             client_losses = []
             replies = yield Phase(QUERY_SKA_GRAD, messages)
-            if self.private is not None:
-                self.private.charge_uploads(client for client, _ in replies)
+            if self.uploads is not None:
+                self.uploads.charge_uploads(client for client, _ in replies)
             for client, reply in replies:
                 g = self._valid_gradient(client, reply.content[GRAD], encodings)
                 if g is not None:
@@ -619,12 +635,22 @@ def build_fedska(cfg: RunConfig, storage: ClientMatrixStorage | None = None) -> 
     mode, τ > 0) is loaded and checked before any client is contacted."""
     from strategies.shared.priors import given_graph
 
+    from strategies.shared.privacy import UploadLedger
+    from strategies.shared.settings import ConfigError
+
     s = cfg.fedska
+    if cfg.dp == "sample" and cfg.dp_target_epsilon > 0:
+        raise ConfigError(f"run config: dp-target-epsilon = {cfg.dp_target_epsilon:g} with dp = "
+                          "'sample' and method 'fedska': the target stops DP-SGD steps but not the "
+                          "noised uploads (descriptor, slot features, gradients) that every round "
+                          "sends; set dp-target-epsilon=0 (ε is still reported) or use dp='client'")
     key = None
     if s.graph == "label-sharing" or s.tau > 0:
         key = "fedska.graph" if s.graph == "label-sharing" else "fedska.tau"
         given_graph(cfg, "label-sharing", "", key)  # checks the data set has labels to share
     # the prior: the label sets the clients report (FedSKA.take_reports); the truth: their groups
-    return FedSKA(cfg.num_clients, cfg.fraction_train, s, seed=cfg.seed,
-                  matrix_storage=storage, evaluate_start=cfg.safeguard == "mix",
-                  label_sets_key=key)
+    strategy = FedSKA(cfg.num_clients, cfg.fraction_train, s, seed=cfg.seed,
+                      matrix_storage=storage, evaluate_start=cfg.safeguard == "mix",
+                      label_sets_key=key)
+    strategy.sample_uploads = UploadLedger.of(cfg)
+    return strategy

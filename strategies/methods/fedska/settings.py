@@ -101,5 +101,5 @@ class FedSKATrain(TrainInstructions):
 # the registry entry (`strategies.shared.method.Method`), read through the package's __init__
 METHODS = (Method("fedska", "strategies.methods.fedska.server:build_fedska", "fedska", FedSKASection, {
     "train.fedska": "client_app.methods.fedska:train", "query.ska_embed": "client_app.methods.fedska:embed",
-    "query.ska_grad": "client_app.methods.fedska:slot_gradient"}, limits={"k": "other-clients"}, safeguard=True, privacy=("client",),
+    "query.ska_grad": "client_app.methods.fedska:slot_gradient"}, limits={"k": "other-clients"}, safeguard=True, privacy=("sample", "client"),
            summary="FedSKA: unsupervised client-graph learning (denoising structure learner), split-learning GNN encoder whose features regularise local training"),)

@@ -89,4 +89,9 @@ class EmbedReply(Record):
 METHODS = (Method("flt", "strategies.methods.flt.server:build_flt", "flt", FLTSection, {"train.flt_ae": "client_app.methods.flt:train_autoencoder",
                                                      "query.flt_embed": "client_app.methods.flt:embed"},
                   limits={"clusters": "clients"}, safeguard=True, privacy=("client",),
+                  privacy_refused=("dp = 'sample': its autoencoder phase (train.flt_ae) trains with Adam on the "
+                                   "reconstruction loss (models.autoencoder.reconstruction_epochs), outside the "
+                                   "shared local loop that DP-SGD replaces, and that phase's requests carry no "
+                                   "privacy ledger; a DP-Adam reconstruction loop and the ledger on train.flt_ae "
+                                   "are missing"),
            summary="FLT: one-shot client relatedness (autoencoder codes → k-means centroids → UMAP → threshold graph) + graph-weighted averaging of per-client models"),)

@@ -34,5 +34,7 @@ def cluster_model(index: int) -> str:
 # the registry entry (`strategies.shared.method.Method`), read through the package's __init__
 METHODS = (Method("ifca", "strategies.methods.ifca.server:build", "ifca", IFCASection, {"train.ifca": "client_app.methods.ifca:train",
                                                         "evaluate.ifca": "client_app.methods.ifca:evaluate"},
-                  limits={"clusters": "clients"}, model_records=(cluster_model("*"),),
+                  limits={"clusters": "clients"}, model_records=(cluster_model("*"),), privacy=("sample",),
+                  privacy_refused=("its server keeps C cluster models, each averaged over the clients that "
+                                   "chose it; no client-level aggregate layer is written for them"),
            summary="IFCA: C cluster models; each client trains the one with the lowest loss on its data"),)

@@ -1,0 +1,148 @@
+"""Sample-level DP (`dp = 'sample'`) of a graph method whose clients upload more than a model
+(docs/privacy.md): FedSKA's local training runs under DP-SGD, its descriptor, slot features and
+slot-loss gradients leave each client clipped and noised by the `dp-upload` layer, and each client's
+ε, reported every round, is Opacus' RDP of its DP-SGD steps plus its uploads' Gaussian mechanisms,
+added order by order (here computed independently of the run's ledger). FLT refuses the mode and
+names what is missing; IFCA supports it."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from flwr.app import ArrayRecord
+
+from server_app.harness.simulate import simulate
+from strategies.shared.messages import CLIENT, ClientAddress
+from strategies.shared.privacy import DP_UPLOAD, UploadInstructions, clip_scale
+from strategies.shared.run_config import RunConfig, default_run_config
+
+RUN = {"dataset": "digits", "model": "mclr", "partition": "label-clusters", "num-clusters": 2,
+       "labels-per-cluster": 5, "num-clients": 4, "num-rounds": 2, "local-epochs": 1,
+       "batch-size": 32, "lr": 0.05, "max-samples-per-client": 60, "finetune-epochs": 0,
+       "checkpoint-every": 0, "seed": 3, "safeguard": "off", "dp": "sample", "dp-delta": 1e-3,
+       "dp-noise-multiplier": 1.1, "dp-max-grad-norm": 1.0, "dp-upload-noise-multiplier": 3.0,
+       "dp-upload-clip-norm": 2.0, "fedska.k": 1, "fedska.structure-steps": 2,
+       "fedska.encoder-steps": 2, "fedska.schedule": "separate", "method": "fedska"}
+ORDERS = [1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64))  # Opacus' default orders
+
+
+def _counting(seen: dict[int, int], noise: list[float]):
+    """The `dp-upload` layer, wrapped: counts the records it noised per client and keeps, for each,
+    the noise it added (noised value − the clipped plain value)."""
+    from client_app.private_upload import around
+
+    def counting(handler, message, context):
+        plain = {}
+
+        def keep(m, c):
+            reply = handler(m, c)
+            plain.update({name: {k: reply.content[name][k].numpy().copy()
+                                 for k in reply.content[name].keys()}
+                          for name in UploadInstructions.read(m.content[DP_UPLOAD]).records
+                          if name in reply.content and isinstance(reply.content[name], ArrayRecord)})
+            return reply
+
+        reply = around(keep, message, context)
+        ins = UploadInstructions.read(message.content[DP_UPLOAD])
+        client = ClientAddress.read(message.content[CLIENT]).client_id
+        for name, values in plain.items():
+            seen[client] = seen.get(client, 0) + 1
+            norm = math.sqrt(sum(float(np.square(v.astype(np.float64)).sum())
+                                 for v in values.values()))
+            scale = clip_scale(norm, ins.clip_norm)
+            for key, value in values.items():
+                sent = reply.content[name][key].numpy().astype(np.float64)
+                noise.extend((sent - value.astype(np.float64) * scale).ravel().tolist())
+        return reply
+
+    return counting
+
+
+def test_fedska_under_sample_dp_composes_dp_sgd_and_noised_uploads_in_rdp(tmp_path, monkeypatch):
+    from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent
+
+    from client_app import layers
+    from datasets.federated import load_partition
+
+    seen: dict[int, int] = {}
+    noise: list[float] = []
+    layers._wrapper("client_app.private_upload:around")
+    monkeypatch.setitem(layers._WRAPPERS, "client_app.private_upload:around",
+                        _counting(seen, noise))
+    summary = simulate({**RUN, "output-dir": str(tmp_path), "run-name": "s"})
+    rows = [json.loads(line) for line in (tmp_path / "s" / "rounds.jsonl").read_text().splitlines()]
+    assert all(r["clients-trained"] == 4 for r in rows if r["round"] > 0)  # round 2: with L_S
+    per_round = [r["privacy"]["epsilon-per-client"] for r in rows if r["round"] > 0]
+    assert len(per_round) == 2 and all(0 < a < b for a, b in zip(*per_round))
+
+    # every client's final ε: DP-SGD (Poisson rate 1/⌈n/B⌉, ⌈n/B⌉ steps an epoch, every round) and
+    # its noised upload records (Gaussian, rate 1), RDP added per order, then converted
+    cfg = RunConfig.from_flower({**default_run_config(), **RUN})
+    _, partition = load_partition(cfg.data_spec)
+    assert sum(seen.values()) == summary["privacy"]["uploads"] > 0
+    for client, indices in enumerate(partition.train_indices):
+        per_epoch = math.ceil(len(indices) / RUN["batch-size"])
+        rdp = compute_rdp(q=1.0 / per_epoch, noise_multiplier=RUN["dp-noise-multiplier"],
+                          steps=per_epoch * RUN["num-rounds"], orders=ORDERS)
+        rdp = rdp + compute_rdp(q=1.0, noise_multiplier=RUN["dp-upload-noise-multiplier"],
+                                steps=seen[client], orders=ORDERS)
+        expected, _ = get_privacy_spent(orders=ORDERS, rdp=rdp, delta=RUN["dp-delta"])
+        assert per_round[-1][client] == pytest.approx(expected, rel=1e-9)
+    written = json.loads((tmp_path / "s" / "summary.json").read_text())["privacy"]
+    assert written["mode"] == "sample" and written["epsilon-max"] == pytest.approx(max(per_round[-1]))
+
+    # what left the clients carries Gaussian noise of std σ_u·C_u = 6
+    assert len(noise) > 500 and np.std(noise) == pytest.approx(6.0, rel=0.1)
+    assert abs(np.mean(noise)) < 0.5
+
+
+def test_dp_sgd_adds_a_data_reading_penalty_to_each_examples_loss_before_clipping():
+    """With every example in the batch (rate 1), no clipping and no noise to speak of, DP-SGD's step
+    is plain SGD's on the task loss + FedSKA's structure pull: the pull's gradient is in it."""
+    import copy
+
+    import torch
+
+    from client_app.methods.fedska import StructurePenalty, StructurePull
+    from client_app.privacy import dp_train_epochs
+    from client_app.training import train_epochs
+    from models import build_model
+    from strategies.shared.privacy import PrivacyInstructions
+
+    torch.manual_seed(0)
+    model = build_model("mclr", (1, 8, 8), 10)
+    x, y = torch.randn(24, 1, 8, 8), torch.randint(0, 10, (24,))
+    targets, has = torch.randn(24, model.feature_dim), torch.arange(24) % 3 > 0
+    trained = []
+    for private in (False, True):
+        pull = StructurePull(copy.deepcopy(model), x, targets, has, lambda_s=5.0)
+        common = dict(epochs=1, batch_size=24, lr=0.5, momentum=0.0,
+                      generator=torch.Generator().manual_seed(1), penalty=StructurePenalty(pull))
+        if private:
+            ins = PrivacyInstructions(noise_multiplier=1e-12, max_grad_norm=1e4, delta=1e-3)
+            dp_train_epochs(pull, torch.arange(24), y, ins=ins, prior=[], spent=[], **common)
+        else:
+            train_epochs(pull, torch.arange(24), y, **common)
+        trained.append(torch.cat([p.detach().ravel() for p in pull.model.parameters()]))
+        assert pull.mean_structure_loss is not None
+    without = StructurePull(copy.deepcopy(model), x, targets, has, lambda_s=0.0)
+    train_epochs(without, torch.arange(24), y, epochs=1, batch_size=24, lr=0.5, momentum=0.0,
+                 generator=torch.Generator().manual_seed(1))
+    plain = torch.cat([p.detach().ravel() for p in without.model.parameters()])
+    torch.testing.assert_close(trained[1], trained[0], atol=1e-5, rtol=1e-4)
+    assert not torch.allclose(trained[0], plain, atol=1e-4)  # the pull moved the model
+
+
+def test_flt_refuses_sample_dp_naming_what_is_missing_and_ifca_and_fedska_take_it():
+    with pytest.raises(ValueError, match="train.flt_ae.*DP-Adam"):
+        RunConfig.from_flower({**default_run_config(), **RUN, "method": "flt"})
+    for method in ("ifca", "fedska"):
+        assert RunConfig.from_flower({**default_run_config(), **RUN, "method": method}).dp == "sample"
+    from strategies.methods.fedska.server import build_fedska
+    from strategies.shared.settings import ConfigError
+
+    with pytest.raises(ConfigError, match="dp-target-epsilon"):
+        build_fedska(RunConfig.from_flower({**default_run_config(), **RUN, "dp-target-epsilon": 5.0}))
