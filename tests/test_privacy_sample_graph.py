@@ -87,7 +87,9 @@ def test_fedska_under_sample_dp_composes_dp_sgd_and_noised_uploads_in_rdp(tmp_pa
         per_epoch = math.ceil(len(indices) / RUN["batch-size"])
         rdp = compute_rdp(q=1.0 / per_epoch, noise_multiplier=RUN["dp-noise-multiplier"],
                           steps=per_epoch * RUN["num-rounds"], orders=ORDERS)
-        rdp = rdp + compute_rdp(q=1.0, noise_multiplier=RUN["dp-upload-noise-multiplier"],
+        # an upload: std σ_u·C_u, sensitivity 2·C_u to one example (any two points of the clipping
+        # ball), so noise multiplier σ_u / 2
+        rdp = rdp + compute_rdp(q=1.0, noise_multiplier=RUN["dp-upload-noise-multiplier"] / 2,
                                 steps=seen[client], orders=ORDERS)
         expected, _ = get_privacy_spent(orders=ORDERS, rdp=rdp, delta=RUN["dp-delta"])
         assert per_round[-1][client] == pytest.approx(expected, rel=1e-9)
@@ -139,10 +141,18 @@ def test_dp_sgd_adds_a_data_reading_penalty_to_each_examples_loss_before_clippin
 def test_flt_refuses_sample_dp_naming_what_is_missing_and_ifca_and_fedska_take_it():
     with pytest.raises(ValueError, match="train.flt_ae.*DP-Adam"):
         RunConfig.from_flower({**default_run_config(), **RUN, "method": "flt"})
-    for method in ("ifca", "fedska"):
-        assert RunConfig.from_flower({**default_run_config(), **RUN, "method": method}).dp == "sample"
+    assert RunConfig.from_flower({**default_run_config(), **RUN}).dp == "sample"
     from strategies.methods.fedska.server import build_fedska
     from strategies.shared.settings import ConfigError
 
     with pytest.raises(ConfigError, match="dp-target-epsilon"):
         build_fedska(RunConfig.from_flower({**default_run_config(), **RUN, "dp-target-epsilon": 5.0}))
+
+
+def test_ifca_trains_under_dp_sgd_and_reports_epsilon(tmp_path):
+    run = {k: v for k, v in RUN.items() if not k.startswith("fedska.")}
+    summary = simulate({**run, "method": "ifca", "ifca.clusters": 2, "num-rounds": 1,
+                        "output-dir": str(tmp_path), "run-name": "i"})
+    rows = [json.loads(line) for line in (tmp_path / "i" / "rounds.jsonl").read_text().splitlines()]
+    assert rows[-1]["clients-trained"] == 4 and rows[-1]["privacy"]["epsilon-max"] > 0
+    assert summary["privacy"]["epsilon-max"] == pytest.approx(rows[-1]["privacy"]["epsilon-max"])

@@ -241,11 +241,13 @@ class UploadLedger:
     """`dp = 'sample'`, a method whose clients upload more than what DP-SGD trained (FedSKA's
     descriptor, slot features and slot-loss gradients): those records leave the client clipped to
     `dp-upload-clip-norm` and noised with σ_u = `dp-upload-noise-multiplier` by the same client layer
-    as under `client` (`upload_instructions`, client_app/private_upload.py), each one Gaussian
-    mechanism of noise multiplier σ_u on that client's data. The strategy charges the records it
-    receives (`charge_uploads`); the run's DP-SGD ledger (server_app/privacy.py) takes them
-    (`take`) as entries (σ_u, rate 1, records), so each client's ε is Opacus' RDP of its DP-SGD steps
-    and its uploads added order by order. Same interface as the client-level layer's uploads."""
+    as under `client` (`upload_instructions`, client_app/private_upload.py). Each is one Gaussian
+    mechanism on the client's data whose sensitivity to one example is 2·C_u (the example's removal
+    moves the clipped record anywhere within the ball of radius C_u, not to zero as a whole client's
+    removal does), so with std σ_u·C_u its noise multiplier is σ_u/2. The strategy charges the
+    records it receives (`charge_uploads`); the run's DP-SGD ledger (server_app/privacy.py) takes them
+    (`take`) as entries (σ_u/2, rate 1, records), so each client's ε is Opacus' RDP of its DP-SGD
+    steps and its uploads added order by order. Same interface as the client-level layer's uploads."""
 
     STREAM = 43  # keeps the upload noise's seeds apart from other seeded draws
 
@@ -283,7 +285,7 @@ class UploadLedger:
 
     def take(self) -> dict[int, list[Entry]]:
         """client -> the accounting entries of the uploads charged since the last call."""
-        taken = {client: [(self.upload_noise_multiplier, 1.0, count)]
+        taken = {client: [(self.upload_noise_multiplier / 2.0, 1.0, count)]
                  for client, count in self.pending.items() if count > 0}
         self.pending = {}
         return taken
