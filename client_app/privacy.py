@@ -13,7 +13,10 @@ example's gradient clipped to `max-grad-norm` (per-example gradients from Opacus
 Gaussian noise of std σ·C added to their sum (Opacus' `DPOptimizer`), divided by the expected batch
 size. A method's penalty that does not read the data (a proximal pull): its gradient is added
 after the noise. One that does (FedSKA's structure pull) exposes `per_example`, the sum of the
-last batch's per-example penalty terms: it joins each example's loss before clipping. The sampling and the noise come from generators seeded by the handler's own (seed, client,
+last batch's per-example penalty terms: it joins each example's loss before clipping. A method
+phase that trains outside `train_epochs` calls the trainer itself: FLT's autoencoder phase
+(`train.flt_ae`) with task 'reconstruction' (y = x, each example's mean squared error) and its noised
+gradient stepped by Adam (`optimizer='adam'`). The sampling and the noise come from generators seeded by the handler's own (seed, client,
 round) generator, so a run is reproducible. With a target ε, the client takes only the steps that
 keep its ε (its ledger, the request's, plus this message's) within it.
 """
@@ -60,6 +63,8 @@ def _sample_losses(output: torch.Tensor, target: torch.Tensor, task: str) -> tor
     """The sum of the per-example task losses of a batch (the per-example gradients' loss)."""
     if task == "classification":
         return F.cross_entropy(output, target, reduction="sum")
+    if task == "reconstruction":  # an autoencoder's (FLT's): each example's mean squared error
+        return F.mse_loss(output, target, reduction="none").flatten(1).mean(1).sum()
     return masked_mae(output, target, reduction="sample").sum()
 
 
@@ -67,9 +72,10 @@ def dp_train_epochs(
     model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, epochs: int, batch_size: int, lr: float,
     momentum: float, generator: torch.Generator, penalty: Penalty | None = None,
     task: str | None = None, ins: PrivacyInstructions, prior: list[Entry], spent: list[Entry],
-    planned_steps: list[int] | None = None,
+    planned_steps: list[int] | None = None, optimizer: str = "sgd",
 ) -> float:
-    """DP-SGD in place of `train_epochs` (module doc); appends (σ, q, steps taken) to `spent` and
+    """DP-SGD in place of `train_epochs` (module doc), its noised gradient stepped by SGD or, with
+    `optimizer` 'adam', by Adam (FLT's autoencoder, task 'reconstruction' with y = x); appends (σ, q, steps taken) to `spent` and
     the steps it would have taken without a target to `planned_steps`; returns the mean task loss
     of the examples it trained on."""
     from opacus import GradSampleModule
@@ -98,7 +104,11 @@ def dp_train_epochs(
         int(torch.randint(2**62, (1,), generator=generator)))
     model.train()
     wrapped = GradSampleModule(model, batch_first=True, loss_reduction="sum")
-    optimizer = DPOptimizer(torch.optim.SGD(params, lr=lr, momentum=momentum),
+    if optimizer not in ("sgd", "adam"):
+        raise ValueError(f"optimizer = {optimizer!r}: DP-SGD steps with 'sgd' or 'adam'")
+    inner = (torch.optim.Adam(params, lr=lr) if optimizer == "adam"
+             else torch.optim.SGD(params, lr=lr, momentum=momentum))
+    optimizer = DPOptimizer(inner,
                             noise_multiplier=ins.noise_multiplier, max_grad_norm=ins.max_grad_norm,
                             expected_batch_size=max(round(rate * n), 1), loss_reduction="mean",
                             generator=noise)

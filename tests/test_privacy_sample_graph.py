@@ -2,8 +2,9 @@
 (docs/privacy.md): FedSKA's local training runs under DP-SGD, its descriptor, slot features and
 slot-loss gradients leave each client clipped and noised by the `dp-upload` layer, and each client's
 ε, reported every round, is Opacus' RDP of its DP-SGD steps plus its uploads' Gaussian mechanisms,
-added order by order (here computed independently of the run's ledger). FLT refuses the mode and
-names what is missing; IFCA supports it."""
+added order by order (here computed independently of the run's ledger). FLT's autoencoder phase
+trains by DP-SGD stepped by Adam and its centroids leave noised, all in the same ledger; IFCA
+supports the mode."""
 
 from __future__ import annotations
 
@@ -138,21 +139,93 @@ def test_dp_sgd_adds_a_data_reading_penalty_to_each_examples_loss_before_clippin
     assert not torch.allclose(trained[0], plain, atol=1e-4)  # the pull moved the model
 
 
-def test_flt_refuses_sample_dp_naming_what_is_missing_and_ifca_and_fedska_take_it():
-    with pytest.raises(ValueError, match="train.flt_ae.*DP-Adam"):
-        RunConfig.from_flower({**default_run_config(), **RUN, "method": "flt"})
-    assert RunConfig.from_flower({**default_run_config(), **RUN}).dp == "sample"
+FLT_RUN = {**{k: v for k, v in RUN.items() if not k.startswith("fedska.")}, "method": "flt",
+           "flt.ae-rounds": 1, "flt.ae-epochs": 1, "flt.ae-batch-size": 32, "flt.ae-lr": 0.01,
+           "flt.latent-dim": 16, "flt.k": 2, "flt.umap-neighbors": 3, "flt.no-structure": "keep"}
+
+
+def test_flt_under_sample_dp_charges_dp_adam_autoencoder_steps_classifier_steps_and_centroids(
+        tmp_path, monkeypatch):
+    """FLT under dp='sample': the autoencoder phase (train.flt_ae) trains by DP-SGD stepped by Adam
+    and its steps reach the ledger, the classifier trains by DP-SGD in the shared loop, and the
+    centroids leave each client noised (σ_u·C_u) and are charged at σ_u/2: each round's ε per
+    client is Opacus' RDP of that schedule, computed here from the partition alone."""
+    from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent
+
+    from client_app import layers
+    from datasets.federated import load_partition
+
+    seen: dict[int, int] = {}
+    noise: list[float] = []
+    layers._wrapper("client_app.private_upload:around")
+    monkeypatch.setitem(layers._WRAPPERS, "client_app.private_upload:around",
+                        _counting(seen, noise))
+    summary = simulate({**FLT_RUN, "output-dir": str(tmp_path), "run-name": "f"})
+    rows = [json.loads(line) for line in (tmp_path / "f" / "rounds.jsonl").read_text().splitlines()]
+    per_round = [r["privacy"]["epsilon-per-client"] for r in rows if r["round"] > 0]
+    assert len(per_round) == 2 and all(r["clients-trained"] == 4 for r in rows if r["round"] > 0)
+    assert seen == {c: 1 for c in range(4)} and summary["privacy"]["uploads"] == 4
+
+    cfg = RunConfig.from_flower({**default_run_config(), **FLT_RUN})
+    _, partition = load_partition(cfg.data_spec)
+    for client, indices in enumerate(partition.train_indices):
+        n = len(indices)
+        ae_epoch = math.ceil(n / FLT_RUN["flt.ae-batch-size"])
+        per_epoch = math.ceil(n / RUN["batch-size"])
+        for rounds, reported in enumerate(per_round, start=1):
+            rdp = compute_rdp(q=1.0 / ae_epoch, noise_multiplier=RUN["dp-noise-multiplier"],
+                              steps=ae_epoch * FLT_RUN["flt.ae-epochs"], orders=ORDERS)
+            rdp = rdp + compute_rdp(q=1.0 / per_epoch, noise_multiplier=RUN["dp-noise-multiplier"],
+                                    steps=per_epoch * rounds, orders=ORDERS)
+            rdp = rdp + compute_rdp(q=1.0, noise_multiplier=RUN["dp-upload-noise-multiplier"] / 2,
+                                    steps=1, orders=ORDERS)
+            expected, _ = get_privacy_spent(orders=ORDERS, rdp=rdp, delta=RUN["dp-delta"])
+            assert reported[client] == pytest.approx(expected, rel=1e-9)
+    written = json.loads((tmp_path / "f" / "summary.json").read_text())["privacy"]
+    assert written["mode"] == "sample" and written["epsilon-max"] == pytest.approx(max(per_round[-1]))
+
+    # the centroids ([k, e] = [2, 16] per client) left with Gaussian noise of std σ_u·C_u = 6
+    assert len(noise) == 4 * 2 * 16 and np.std(noise) == pytest.approx(6.0, rel=0.2)
+
+
+def test_the_autoencoder_phase_runs_dp_sgd_with_adam_and_reports_its_steps():
+    """`train.flt_ae` with a `privacy` record: the handler trains through DP-SGD with Adam (no noise
+    and no clipping to speak of: Adam's step on the mean reconstruction loss of the sampled batch)
+    and the reply reports (σ, q, steps) of the autoencoder's schedule."""
+    import torch
+    from flwr.app import Context, Message, RecordDict
+
+    from client_app.privacy import dp_train_epochs
+    from models.autoencoder import ConvAutoencoder
+    from strategies.shared.privacy import PrivacyInstructions
+
+    torch.manual_seed(0)
+    x = torch.rand(20, 1, 28, 28)
+    model = ConvAutoencoder((1, 28, 28), latent_dim=8)
+    before = [p.detach().clone() for p in model.parameters()]
+    spent: list = []
+    ins = PrivacyInstructions(noise_multiplier=1.0, max_grad_norm=1.0, delta=1e-3)
+    loss = dp_train_epochs(model, x, x, epochs=2, batch_size=8, lr=0.01, momentum=0.0,
+                           generator=torch.Generator().manual_seed(1), task="reconstruction",
+                           optimizer="adam", ins=ins, prior=[], spent=spent)
+    assert spent == [(1.0, 1.0 / 3, 6)] and 0.0 < loss < 1.0
+    assert all(not torch.equal(a, b.detach()) for a, b in zip(before, model.parameters()))
+    with pytest.raises(ValueError, match="optimizer = 'rmsprop'"):
+        dp_train_epochs(model, x, x, epochs=1, batch_size=8, lr=0.01, momentum=0.0,
+                        generator=torch.Generator().manual_seed(1), task="reconstruction",
+                        optimizer="rmsprop", ins=ins, prior=[], spent=[])
+
+
+def test_ifca_fedska_and_flt_take_sample_dp_and_a_target_is_refused_where_uploads_are_noised():
+    for method in ("ifca", "fedska"):
+        assert RunConfig.from_flower({**default_run_config(), **RUN, "method": method}).dp == "sample"
+    assert RunConfig.from_flower({**default_run_config(), **FLT_RUN}).dp == "sample"
     from strategies.methods.fedska.server import build_fedska
+    from strategies.methods.flt.server import build_flt
     from strategies.shared.settings import ConfigError
 
     with pytest.raises(ConfigError, match="dp-target-epsilon"):
         build_fedska(RunConfig.from_flower({**default_run_config(), **RUN, "dp-target-epsilon": 5.0}))
-
-
-def test_ifca_trains_under_dp_sgd_and_reports_epsilon(tmp_path):
-    run = {k: v for k, v in RUN.items() if not k.startswith("fedska.")}
-    summary = simulate({**run, "method": "ifca", "ifca.clusters": 2, "num-rounds": 1,
-                        "output-dir": str(tmp_path), "run-name": "i"})
-    rows = [json.loads(line) for line in (tmp_path / "i" / "rounds.jsonl").read_text().splitlines()]
-    assert rows[-1]["clients-trained"] == 4 and rows[-1]["privacy"]["epsilon-max"] > 0
-    assert summary["privacy"]["epsilon-max"] == pytest.approx(rows[-1]["privacy"]["epsilon-max"])
+    with pytest.raises(ConfigError, match="dp-target-epsilon.*noised centroids"):
+        build_flt(RunConfig.from_flower({**default_run_config(), **FLT_RUN,
+                                         "dp-target-epsilon": 5.0}))

@@ -2,7 +2,9 @@
 (client_app/methods/local.py): FLT's local step is plain SGD on the client's own model.
 
 - `train.flt_ae` (phase 1): train the received autoencoder on reconstruction MSE with Adam for F
-  epochs; reply the autoencoder and {num-examples, recon-loss}.
+  epochs; reply the autoencoder and {num-examples, recon-loss}. Under dp='sample' the request
+  carries a `privacy` record and the training is DP-SGD stepped by Adam (client_app/privacy.py),
+  whose steps the reply's `privacy` report gives the server's ledger.
 - `query.flt_embed` (phase 2, Form Client Relatedness): encode the local train split with the received
   encoder G (eval mode), run k-means on the codes and reply ONLY the k centroids (ArrayRecord
   `centroids` {`mu`: float32 [k, e]}) and {num-examples}. Labels are used, locally, only to choose k
@@ -16,7 +18,7 @@ import torch
 from flwr.app import Array, ArrayRecord, Context, Message, RecordDict
 
 from client_app.runtime import ClientRuntime, client_runtime, model_record
-from client_app.training import seeded_generator
+from client_app.training import LOCAL_TRAINER, seeded_generator
 from models.autoencoder import ConvAutoencoder, encode_batched, reconstruction_epochs
 from strategies.methods.flt.settings import (
     AUTOENCODER, CENTROIDS, CENTROIDS_MU, ENCODER, AutoencoderInstructions, AutoencoderReply,
@@ -42,10 +44,14 @@ def train_autoencoder(message: Message, context: Context) -> Message:
     model.load_state_dict(message.content[AUTOENCODER].to_torch_state_dict())
     model = model.to(rt.device)
     x, _ = rt.tensors("train")
-    loss = reconstruction_epochs(
-        model, x, epochs=ins.epochs, batch_size=ins.batch_size, lr=ins.lr,
-        generator=seeded_generator(ins.seed, rt.client_id, ins.ae_round, _AE_STREAM),
-    )
+    generator = seeded_generator(ins.seed, rt.client_id, ins.ae_round, _AE_STREAM)
+    private = LOCAL_TRAINER.get()  # dp='sample': DP-SGD with Adam (client_app/privacy.py)
+    if private is not None:
+        loss = private(model, x, x, epochs=ins.epochs, batch_size=ins.batch_size, lr=ins.lr,
+                       momentum=0.0, generator=generator, task="reconstruction", optimizer="adam")
+    else:
+        loss = reconstruction_epochs(model, x, epochs=ins.epochs, batch_size=ins.batch_size,
+                                     lr=ins.lr, generator=generator)
     reply = AutoencoderReply(num_examples=len(x), recon_loss=loss)
     return Message(
         RecordDict({AUTOENCODER: model_record(model), METRICS: reply.metrics()}), reply_to=message

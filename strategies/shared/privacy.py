@@ -258,6 +258,10 @@ class UploadLedger:
         self.draws = 0  # upload instructions issued (each gets its own seed)
         self.pending: dict[int, int] = {}  # client -> noised records received, not yet taken
         self.uploads = 0  # noised upload records received
+        # DP-SGD steps of a method phase outside the runner's train requests (FLT's train.flt_ae):
+        # client -> entries not yet taken, and every entry charged here (the phase's own ledger)
+        self.steps: dict[int, list[Entry]] = {}
+        self.charged: dict[int, list[Entry]] = {}
 
     @classmethod
     def of(cls, cfg: RunConfig) -> UploadLedger | None:
@@ -283,11 +287,21 @@ class UploadLedger:
             self.pending[int(client)] = self.pending.get(int(client), 0) + int(records)
             self.uploads += int(records)
 
+    def charge_steps(self, client: int, entries: Iterable[Entry]) -> None:
+        """Charge the DP-SGD steps a method phase's train reply reports (`PrivacyReport.entries`)."""
+        entries = list(entries)
+        self.steps[int(client)] = [*self.steps.get(int(client), []), *entries]
+        self.charged[int(client)] = merged([*self.charged.get(int(client), []), *entries])
+
     def take(self) -> dict[int, list[Entry]]:
-        """client -> the accounting entries of the uploads charged since the last call."""
-        taken = {client: [(self.upload_noise_multiplier / 2.0, 1.0, count)]
-                 for client, count in self.pending.items() if count > 0}
-        self.pending = {}
+        """client -> the accounting entries of the uploads (and phase steps) charged since the last
+        call."""
+        taken = {client: list(entries) for client, entries in self.steps.items() if entries}
+        for client, count in self.pending.items():
+            if count > 0:
+                taken[client] = [*taken.get(client, []),
+                                 (self.upload_noise_multiplier / 2.0, 1.0, count)]
+        self.pending, self.steps = {}, {}
         return taken
 
 

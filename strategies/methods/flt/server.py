@@ -56,7 +56,8 @@ from strategies.shared.messages import CONFIG, METRICS, PERSONAL, TRAIN_LOCAL
 from strategies.methods.flt.neighbourhood import NeighbourhoodModels, neighbourhood_weights
 from strategies.shared.params import ParameterLayout
 from strategies.shared.personalized import PersonalizedStrategy, weighted_mean
-from strategies.shared.privacy import DP_UPLOAD
+from strategies.shared.privacy import (DP_UPLOAD, PRIVACY, PrivacyInstructions, PrivacyReport,
+                                       ledger_fields)
 from strategies.shared.phases import Phase, PhasedStrategy, Steps
 from strategies.methods.flt.relatedness import (
     Relatedness,
@@ -88,11 +89,18 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
     aggregate get Gaussian noise of std σ·C·(the largest weight a client trained this round has in
     it; the held models of the others are earlier releases), and the centroids leave the clients
     clipped and noised (`dp-upload`), so the graph is built from noised centroids only
-    (docs/privacy.md)."""
+    (docs/privacy.md). Under `dp = 'sample'` every `train.flt_ae` request carries the DP-SGD
+    settings and the autoencoder phase's ledger (`privacy`), the clients train the autoencoder by
+    DP-SGD stepped by Adam, and the steps each reply reports are charged to `sample_uploads`
+    (`strategies.shared.privacy.UploadLedger`) with the centroids, which leave the clients clipped
+    and noised by the `dp-upload` layer; the run's ledger takes both and composes them with the
+    classifier's DP-SGD steps (`train.local`, the shared loop)."""
 
     train_message_type = TRAIN_LOCAL
     private_aggregates = True  # dp='client' runs it under the per-client aggregate layer
     private: Any = None  # that layer's AggregateNoise (set by it)
+    sample_uploads: Any = None  # dp='sample': the UploadLedger of train.flt_ae steps and centroids
+    sample_training: dict[str, float] | None = None  # dp='sample': PrivacyInstructions' settings
 
     def __init__(self, num_clients: int, fraction_train: float, settings: FLTSection, *,
                  input_shape: tuple[int, int, int], seed: int = 0,
@@ -317,9 +325,14 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
             latent_dim=s.latent_dim, seed=self.seed,
         ).config()
         content = RecordDict({AUTOENCODER: arrays, CONFIG: config})
+        if self.sample_training is not None:  # dp='sample': DP-SGD settings and the phase's ledger
+            content[PRIVACY] = PrivacyInstructions(
+                **self.sample_training, **ledger_fields(self.sample_uploads.charged)).config()
         messages = [Message(content, dst_node_id=c, message_type=TRAIN_FLT_AE)
                     for c in online]
         replies = yield Phase(TRAIN_FLT_AE, messages)
+        if self.sample_training is not None:
+            replies = self._charge_autoencoder_steps(ae_round, replies)
         if not replies:
             log.warning("FLT: no client answered autoencoder round %d; the autoencoder is unchanged",
                         ae_round)
@@ -334,6 +347,21 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
         if self.private is not None:
             return self._private_autoencoder_mean(arrays, layout, replies, rows, weights)
         return layout.arrays(weighted_mean(rows, weights))
+
+    def _charge_autoencoder_steps(self, ae_round: int, replies: list[tuple[int, Message]]
+                                  ) -> list[tuple[int, Message]]:
+        """dp='sample': charge each reply's DP-SGD steps; a reply without a privacy report (its
+        client did not train under DP-SGD) is left out of the mean."""
+        kept = []
+        for client, reply in replies:
+            if PRIVACY not in reply.content:
+                log.warning("FLT: autoencoder round %d: client %d's reply carries no privacy "
+                            "report; its autoencoder is left out", ae_round, client)
+                continue
+            self.sample_uploads.charge_steps(client, PrivacyReport.read(reply.content[PRIVACY])
+                                             .entries())
+            kept.append((client, reply))
+        return kept
 
     def _private_autoencoder_mean(self, arrays: ArrayRecord, layout: ParameterLayout,
                                   replies: list[tuple[int, Message]], rows: torch.Tensor,
@@ -361,19 +389,22 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
         content = RecordDict({ENCODER: self.encoder, CONFIG: config})
         messages = [Message(content, dst_node_id=c, message_type=QUERY_FLT_EMBED) for c in clients]
         private = self.private
-        if private is not None:  # the centroids leave each client clipped and noised
+        if private is not None:  # dp='client': only within the target
             extra = torch.zeros(self.num_clients, dtype=torch.float64)
             extra[list(clients)] = 1.0 / private.upload_noise_multiplier ** 2
             if not private.affordable(extra):
                 private.stop(private.round + 1)  # before the next round trains
                 return {}
+        # dp='client' or 'sample': the centroids leave each client clipped and noised
+        uploads = private if private is not None else self.sample_uploads
+        if uploads is not None:
             messages = [Message(RecordDict({ENCODER: self.encoder, CONFIG: config,
-                                            DP_UPLOAD: private.upload_instructions([CENTROIDS])}),
+                                            DP_UPLOAD: uploads.upload_instructions([CENTROIDS])}),
                                 dst_node_id=c, message_type=QUERY_FLT_EMBED) for c in clients]
         found: dict[int, np.ndarray] = {}
         replies = yield Phase(QUERY_FLT_EMBED, messages)
-        if private is not None:
-            private.charge_uploads(client for client, _ in replies)
+        if uploads is not None:
+            uploads.charge_uploads(client for client, _ in replies)
         for client, reply in replies:
             mu = np.asarray(reply.content[CENTROIDS][CENTROIDS_MU].numpy(), dtype=np.float32)
             if mu.ndim != 2 or mu.shape[1] != s.latent_dim or not 1 <= len(mu) <= s.k \
@@ -625,6 +656,19 @@ def build_flt(cfg: RunConfig, storage: ClientMatrixStorage | None = None) -> FLT
         except ValueError as err:
             raise ConfigError(f"run config: key 'flt.encoder-checkpoint' = "
                               f"{cfg.flt.encoder_checkpoint!r} is invalid: {err}") from None
-    return FLT(cfg.num_clients, cfg.fraction_train, cfg.flt, input_shape=input_shape, seed=cfg.seed,
-               pretrain_images=images, matrix_storage=storage, initial_autoencoder=initial)
+    if cfg.dp == "sample" and cfg.dp_target_epsilon > 0:
+        raise ConfigError(f"run config: dp-target-epsilon = {cfg.dp_target_epsilon:g} with dp = "
+                          "'sample' and method 'flt': the target stops DP-SGD steps but not the "
+                          "noised centroids; set dp-target-epsilon=0 (ε is still reported) or use "
+                          "dp='client'")
+    strategy = FLT(cfg.num_clients, cfg.fraction_train, cfg.flt, input_shape=input_shape,
+                   seed=cfg.seed, pretrain_images=images, matrix_storage=storage,
+                   initial_autoencoder=initial)
+    if cfg.dp == "sample":
+        from strategies.shared.privacy import UploadLedger
+
+        strategy.sample_uploads = UploadLedger.of(cfg)
+        strategy.sample_training = {"noise_multiplier": cfg.dp_noise_multiplier,
+                                    "max_grad_norm": cfg.dp_max_grad_norm, "delta": cfg.dp_delta}
+    return strategy
 

@@ -88,11 +88,5 @@ class EmbedReply(Record):
 # the registry entry (`strategies.shared.method.Method`), read through the package's __init__
 METHODS = (Method("flt", "strategies.methods.flt.server:build_flt", "flt", FLTSection, {"train.flt_ae": "client_app.methods.flt:train_autoencoder",
                                                      "query.flt_embed": "client_app.methods.flt:embed"},
-                  limits={"clusters": "clients"}, safeguard=True, privacy=("client",),
-                  privacy_refused=("dp = 'sample': its autoencoder phase (train.flt_ae) trains with Adam on the "
-                                   "reconstruction loss (models.autoencoder.reconstruction_epochs), outside the "
-                                   "shared local loop that DP-SGD replaces, and, a method phase, it gets no "
-                                   "privacy ledger (the run's ledger goes only with the runner's train requests "
-                                   "and reads only their replies); missing: a DP-Adam reconstruction loop and "
-                                   "the ledger on train.flt_ae requests and replies"),
+                  limits={"clusters": "clients"}, safeguard=True, privacy=("sample", "client"),
            summary="FLT: one-shot client relatedness (autoencoder codes → k-means centroids → UMAP → threshold graph) + graph-weighted averaging of per-client models"),)
