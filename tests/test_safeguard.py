@@ -396,7 +396,8 @@ def test_the_server_sends_the_safeguard_only_to_graph_methods():
 def test_the_client_layer_is_named_by_the_record_it_reads():
     """The ClientApp enters the safeguard's layer for requests carrying its record, and imports
     nothing of it for others (FedAvg's path)."""
-    assert layers.LAYERS == {SAFEGUARD: "client_app.safeguard:around"}
+    assert layers.LAYERS[SAFEGUARD] == "client_app.safeguard:around"
+    assert sum(target.startswith("client_app.safeguard:") for target in layers.LAYERS.values()) == 1
     import subprocess
     import sys
     code = ("import sys, client_app.app, client_app.methods.fedavg, client_app.local_update, "
