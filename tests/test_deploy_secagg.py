@@ -29,17 +29,16 @@ from typing import Any
 
 import numpy as np
 import pytest
-from flwr.app import ArrayRecord
 
 from client_app.app import app as client_app
 from server_app.app import run
-from server_app.callbacks import RunCallback
 from server_app.checkpoint import CheckpointStore
 from server_app.harness.local_grid import LocalGrid
 from server_app.harness.loopback import LoopbackFederation
 from strategies.shared.messages import CLIENT
 from strategies.shared.run_config import RunConfig, default_run_config
 from tests.conftest import REPO
+from tests.test_secagg import Models  # each round's model, as the round ended
 
 pytestmark = pytest.mark.e2e
 
@@ -53,17 +52,6 @@ SECURE = {"secure-aggregation": "secagg+"}
 FAST = {"FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.1"}
 # a SuperNode's log line pair for a reply it sent (Flower's supernode logs "Sending" then "Sent")
 SENT_SECAGG = r"Sending: query\.secagg message[^\n]*\n[^\n]*Sent successfully"
-
-
-class Models(RunCallback):
-    """Each round's global model, as the round ended."""
-
-    def __init__(self) -> None:
-        self.arrays: dict[int, dict[str, np.ndarray]] = {}
-
-    def round_finished(self, server_round: int, arrays: ArrayRecord, seconds: float,
-                       pending: Any) -> None:
-        self.arrays[server_round] = {k: v.numpy().copy() for k, v in arrays.items()}
 
 
 def in_process(tmp_path: Path, name: str, failing: int | None) -> Models:
