@@ -205,7 +205,7 @@ def _curve_point(record: dict[str, Any]) -> dict[str, Any]:
 # settings that differ from it, read by the docs (docs/blocks/papers.py), not by the runs
 GRID_KEYS = {"paper", "table", "title", "methods", "seeds", "common", "cells", "reported", "differences",
              "calibrate-noise"}
-CELL_KEYS = {"name", "methods", "set", "note", "label", "reported"}
+CELL_KEYS = {"name", "methods", "set", "note", "label", "reported", "calibrate-only"}
 
 
 def load_grid(path: str | Path) -> dict[str, Any]:
@@ -252,6 +252,8 @@ def grid_runs(grid: dict[str, Any], stem: str, overrides: dict[str, Any],
             methods = list(cell.get("methods", grid["methods"]))
             if grid.get("calibrate-noise"):
                 settings = calibrate_noise(settings, methods[0])
+            if cell.get("calibrate-only"):
+                settings = _drop_target(settings, cell["name"], bool(grid.get("calibrate-noise")))
             runs.append((f"{stem}-{cell['name']}-seed{settings['seed']}", methods, settings))
     return runs
 
@@ -272,6 +274,16 @@ def calibrate_noise(settings: dict[str, Any], method: str) -> dict[str, Any]:
         return settings
     sigma = math.ceil(calibrated_noise(cfg) * 1e4) / 1e4
     return {**settings, "dp-noise-multiplier": sigma, "dp-upload-noise-multiplier": sigma}
+
+
+def _drop_target(settings: dict[str, Any], cell: str, calibrated: bool) -> dict[str, Any]:
+    """A cell with `calibrate-only = true` (methods whose noised uploads a target cannot stop, e.g.
+    FLT and FedSKA under dp = 'sample'): its `dp-target-epsilon` only calibrates the noise
+    multipliers (`calibrate_noise`), and the runs go without a target (they report the ε they reach)."""
+    if not calibrated or not settings.get("dp-target-epsilon"):
+        raise ValueError(f"cell {cell!r}: calibrate-only = true needs the grid's calibrate-noise = true "
+                         "and a dp-target-epsilon > 0 in the cell (the ε its noise is calibrated to)")
+    return {**settings, "dp-target-epsilon": 0.0}
 
 
 # --- command line ---------------------------------------------------------------------------------

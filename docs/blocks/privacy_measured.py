@@ -44,14 +44,19 @@ def _cell_name(setting: str, mode: str, eps: int | None, graph: bool = False) ->
 
 
 def _cells(setting: str, mode: str, eps: int | None) -> list[str]:
-    """The grid's cells of (setting, mode, ε): the graph methods' dp = "client" runs are cells of
-    their own."""
+    """The grid's cells of (setting, mode, ε): the graph methods' runs under each mode are cells of
+    their own (under dp = "sample" FLT's and FedSKA's, `calibrate-only`: no target)."""
     if mode == "off":
         return [_cell_name(setting, mode, eps)]
-    names = [_cell_name(setting, mode, eps)]
-    if mode == "client":
-        names.append(_cell_name(setting, mode, eps, graph=True))
-    return names
+    return [_cell_name(setting, mode, eps), _cell_name(setting, mode, eps, graph=True)]
+
+
+def _untargeted(setting: str, mode: str, eps: int | None) -> set[str]:
+    """The methods of the grid's `calibrate-only` cells of (setting, mode, ε): σ calibrated to ε,
+    no target (their noised uploads are charged on top of the steps the σ was calibrated for)."""
+    config = grid()
+    return {m for c in config["cells"] if c["name"] in _cells(setting, mode, eps)
+            and c.get("calibrate-only") for m in c.get("methods", config["methods"])}
 
 
 def _runs(setting: str, mode: str, eps: int | None, method: str) -> list[dict[str, Any]]:
@@ -134,7 +139,8 @@ def _fmt(values: Sequence[float], digits: int = 1, seeds: int = 3) -> str:
         return DASH
     m, sd = mean_sd(list(values))
     text = num(m, digits) + (f" ± {num(sd, digits)}" if len(values) > 1 else "")
-    return text + (f" ({len(values)} seeds)" if len(values) != seeds else "")
+    count = len(values)
+    return text + (f" ({count} seed{'s' if count != 1 else ''})" if count != seeds else "")
 
 
 def _seed_count(setting: str) -> int:
@@ -202,6 +208,14 @@ def accuracy_table(setting: str) -> str:
                 row.append(mark)
         rows.append(row)
     notes = _notes(marks, {m: v for m, v in missing.items()})
+    free = sorted({label for mode, eps in _columns() for label, (method, key) in ROWS.items()
+                   if method in _untargeted(setting, mode, eps) and _runs(setting, mode, eps, method)},
+                  key=list(ROWS).index)
+    if free:
+        notes += ("\n" if notes else "") + (
+            f"- {', '.join(free)} under `sample`: run with the σ calibrated to the column's ε and no "
+            "target (their noised uploads are charged on top); the ε they reached is in the budget "
+            "table below.")
     if any("spent in round" in cell for row in rows for cell in row):
         notes += ("\n" if notes else "") + (
             "- **spent in round r**: the run's client-level target was spent in round r, and no "
@@ -237,25 +251,49 @@ def share_table(setting: str) -> str:
 
 def budget_table(setting: str) -> str:
     """σ each cell ran with (calibrated to its ε) and the largest ε any client (sample) or the
-    federation (client) reached, with the clients a target stopped."""
-    rows = []
+    federation (client) reached, with the clients a target stopped; the methods that ran without a
+    target (`calibrate-only` cells) in rows of their own, followed by a sentence saying in how many
+    of those rows the ε reached exceeds the nominal one."""
+    rows, over, untargeted_rows, who = [], 0, 0, set()
+    labels = {method: label for label, (method, key) in ROWS.items() if key == "personalized"}
     for mode in MODES:
         for eps in EPSILONS:
-            sigmas, reached, stopped = set(), [], 0
-            for method in {m for m, _ in ROWS.values()}:
-                for summary in _runs(setting, mode, eps, method):
-                    privacy = summary.get("privacy") or {}
-                    if not privacy:
-                        continue
-                    sigmas.add(privacy["noise-multiplier"])
-                    reached.append(privacy.get("epsilon-max", privacy.get("epsilon")))
-                    stopped += len(privacy.get("stopped-clients") or [])
-                    stopped += 1 if privacy.get("stopped-round") else 0
-            if not reached:
-                continue
-            rows.append([f'`{mode}`', f"{eps}", " / ".join(num(s, 3) for s in sorted(sigmas)),
-                         num(max(r for r in reached if r is not None), 3), f"{stopped}"])
-    return table(["dp", "target ε", "σ (calibrated)", "largest ε reached", "stops"], rows)
+            free = _untargeted(setting, mode, eps)
+            groups = [(True, [m for m in labels if m not in free])] + [
+                (False, [m]) for m in labels if m in free]  # the untargeted: a row per method
+            for targeted, group in groups:
+                sigmas, reached, stopped, methods = set(), [], 0, []
+                for method in group:
+                    for summary in _runs(setting, mode, eps, method):
+                        privacy = summary.get("privacy") or {}
+                        if not privacy:
+                            continue
+                        sigmas.add(privacy["noise-multiplier"])
+                        reached.append(privacy.get("epsilon-max", privacy.get("epsilon")))
+                        stopped += len(privacy.get("stopped-clients") or [])
+                        stopped += 1 if privacy.get("stopped-round") else 0
+                        if labels[method] not in methods:
+                            methods.append(labels[method])
+                reached = [r for r in reached if r is not None]
+                if not reached:
+                    continue
+                largest = max(reached)
+                if not targeted:
+                    untargeted_rows += 1
+                    over += largest > eps
+                    who.update(methods)
+                rows.append([f'`{mode}`', f"{eps}" if targeted else f"{eps} (σ only, no target)",
+                             ", ".join(methods), " / ".join(num(s, 3) for s in sorted(sigmas)),
+                             num(largest, 3), f"{stopped}"])
+    text = table(["dp", "target ε", "methods", "σ (calibrated)", "largest ε reached", "stops"], rows)
+    if untargeted_rows:
+        names = ", ".join(label for label in labels.values() if label in who)
+        text += (f"\n\n**σ only, no target**: {names} take no `dp-target-epsilon` under `sample` (it "
+                 "would not stop their noised uploads), so they ran with the σ (and upload σ) "
+                 "calibrated to the target for the DP-SGD steps alone; their uploads (and FLT's "
+                 "autoencoder steps) are charged on top, so the ε they reached exceeds the nominal "
+                 f"one in {over} of these {untargeted_rows} rows.")
+    return text
 
 
 def cost_table() -> str:
@@ -266,18 +304,25 @@ def cost_table() -> str:
         for label, (method, key) in ROWS.items():
             if key != "personalized":
                 continue
-            base = {s["seed"]: s["seconds-per-round"] for s in _seeded(setting, "off", None, method)}
+            base = {s["seed"]: (s["seconds-per-round"], s["command"])
+                    for s in _seeded(setting, "off", None, method)}
             if not base:
                 continue
-            row = [SETTINGS_SHORT[setting], label, num(mean(base.values()), 2)]
+            row = [SETTINGS_SHORT[setting], label, num(mean(t for t, _ in base.values()), 2)]
             for mode in MODES:
                 for eps in EPSILONS:
                     runs = _seeded(setting, mode, eps, method)
-                    pairs = [(s["seconds-per-round"], base[s["seed"]]) for s in runs
+                    runs = [s for s in runs if not (s.get("privacy") or {}).get("stopped-round")]
+                    pairs = [(s["seconds-per-round"], base[s["seed"]][0]) for s in runs
                              if s["seed"] in base and s.get("seconds-per-round")
-                             and not (s.get("privacy") or {}).get("stopped-round")]
+                             and s["command"] == base[s["seed"]][1]]
+                    timed = [s["seconds-per-round"] for s in runs if s.get("seconds-per-round")]
+                    if not pairs and timed:
+                        row.append(f"{num(mean(timed), 2)} ({UNPAIRED})")
+                        continue
                     if not pairs:
-                        row.append(STOPPED if runs else _missing(method, mode))
+                        row.append(STOPPED if _seeded(setting, mode, eps, method)
+                                   else _missing(method, mode))
                         continue
                     ratio = mean(dp / off for dp, off in pairs)
                     row.append(f"{num(mean(dp for dp, _ in pairs), 2)} ({times(ratio, 1)})")
@@ -288,6 +333,7 @@ def cost_table() -> str:
 
 SETTINGS_SHORT = {"label-clusters": "label clusters", "domains": "domains"}
 STOPPED = "stopped early"  # every run's target stopped its training: its rounds cost no training
+UNPAIRED = "not paired"  # made by another command than the run without DP: no paired timing
 
 
 def _seeded(setting: str, mode: str, eps: int | None, method: str) -> list[dict[str, Any]]:
@@ -303,8 +349,8 @@ def _seeded(setting: str, mode: str, eps: int | None, method: str) -> list[dict[
             path = RESULTS / FOLDER / f"{GRID.stem}-{name}-seed{seed}.json"
             if path.is_file():
                 data = raw(f"{FOLDER}/{path.stem}")
-                out += [{**s, "seed": data["settings"]["seed"]} for s in data["summaries"]
-                        if s["method"] == method]
+                out += [{**s, "seed": data["settings"]["seed"], "command": data["command"]}
+                        for s in data["summaries"] if s["method"] == method]
     return out
 
 
@@ -365,10 +411,14 @@ def measured_domains(prefix: str) -> str:
 
 @block("privacy-measured-cost")
 def measured_cost(prefix: str) -> str:
+    costs = cost_table()
     return ("Median wall time of a round in seconds (train and evaluate, every client of the "
             "federation in one process on one core), without DP and with it, and in brackets the "
             "ratio to the run without DP, taken per pair (same method, setting and seed, both runs "
             "made by the same command one after the other) and averaged over the seeds. A run whose client-level target "
             "stopped its training early is left out (its later rounds train nothing); "
-            f"**{STOPPED}**: every run was.\n\n" + cost_table()
+            f"**{STOPPED}**: every run was" + (
+                f"; **{UNPAIRED}**: the runs were made by another command than the runs without DP "
+                "(at another time, on a shared machine), so their time is shown without a ratio" if UNPAIRED in costs
+                else "") + ".\n\n" + costs
             + "\n\nThe commands that made the runs:\n\n" + commands())
