@@ -60,21 +60,9 @@ def _untargeted(setting: str, mode: str, eps: int | None) -> set[str]:
 
 
 def _runs(setting: str, mode: str, eps: int | None, method: str) -> list[dict[str, Any]]:
-    """Every committed summary of `method` in the cell(s) of (setting, mode, ε), one per seed run."""
-    config = grid()
-    out = []
-    by_name = {c["name"]: c for c in config["cells"]}
-    for name in _cells(setting, mode, eps):
-        cell = by_name.get(name)
-        if cell is None or method not in cell.get("methods", config["methods"]):
-            continue
-        for seed in config["seeds"]:
-            path = RESULTS / FOLDER / f"{GRID.stem}-{name}-seed{seed}.json"
-            if not path.is_file():
-                continue
-            data = raw(f"{FOLDER}/{path.stem}")
-            out += [s for s in data["summaries"] if s["method"] == method]
-    return out
+    """Every committed summary of `method` in the cell(s) of (setting, mode, ε), one per seed run
+    (each with its seed and command: `_seeded`)."""
+    return _seeded(setting, mode, eps, method)
 
 
 def _supports(method: str, mode: str) -> bool:
@@ -337,7 +325,8 @@ UNPAIRED = "not paired"  # made by another command than the run without DP: no p
 
 
 def _seeded(setting: str, mode: str, eps: int | None, method: str) -> list[dict[str, Any]]:
-    """`_runs` with each summary's seed (from its comparison's settings)."""
+    """Every committed summary of `method` in the cell(s) of (setting, mode, ε), one per seed run,
+    with its seed (from its comparison's settings) and the command that made it."""
     config = grid()
     out = []
     by_name = {c["name"]: c for c in config["cells"]}
