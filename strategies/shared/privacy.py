@@ -238,8 +238,8 @@ def noised_record(record: Any, clip_norm: float, std: float, generator: Any) -> 
 
 
 class UploadLedger:
-    """`dp = 'sample'`, a method whose clients upload more than what DP-SGD trained (FedSKA's
-    descriptor, slot features and slot-loss gradients): those records leave the client clipped to
+    """`dp = 'sample'`, a method whose clients upload more than what DP-SGD trained (descriptors,
+    embeddings, split-learning features and gradients): those records leave the client clipped to
     `dp-upload-clip-norm` and noised with σ_u = `dp-upload-noise-multiplier` by the same client layer
     as under `client` (`upload_instructions`, client_app/private_upload.py). Each is one Gaussian
     mechanism on the client's data whose sensitivity to one example is 2·C_u (the example's removal
@@ -258,7 +258,7 @@ class UploadLedger:
         self.draws = 0  # upload instructions issued (each gets its own seed)
         self.pending: dict[int, int] = {}  # client -> noised records received, not yet taken
         self.uploads = 0  # noised upload records received
-        # DP-SGD steps of a method phase outside the runner's train requests (FLT's train.flt_ae):
+        # DP-SGD steps of a method phase outside the runner's train requests (an encoder's pretraining):
         # client -> entries not yet taken, and every entry charged here (the phase's own ledger)
         self.steps: dict[int, list[Entry]] = {}
         self.charged: dict[int, list[Entry]] = {}

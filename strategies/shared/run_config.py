@@ -117,10 +117,10 @@ class RunConfig(Settings):
     dp_noise_multiplier: float = Field(1.0, gt=0.0)  # σ: the noise's std over the clipping norm
     dp_max_grad_norm: float = Field(1.0, gt=0.0)  # dp='sample': each example's gradient clipped to this
     dp_clip_norm: float = Field(1.0, gt=0.0)  # dp='client': each client's update clipped to this
-    # dp='client' (and FLT, FedSKA under dp='sample'), methods whose clients upload more than models
+    # dp='client' (and dp='sample' for the methods whose uploads it noises), methods whose clients upload more than models
     # (docs/privacy.md): each such upload record clipped on the client to this L2 norm
     dp_upload_clip_norm: float = Field(1.0, gt=0.0)
-    # dp='client' (and FLT, FedSKA under 'sample'): σ of those uploads' Gaussian noise (std σ × dp-upload-clip-norm)
+    # dp='client' (and those methods under 'sample'): σ of those uploads' Gaussian noise (std σ × dp-upload-clip-norm)
     dp_upload_noise_multiplier: float = Field(1.0, gt=0.0)
     dp_delta: float = Field(1e-5, gt=0.0, lt=1.0)  # the δ of the reported (ε, δ); below 1/n
     # training stops where one more step would take ε above this (0: no target, ε only reported)
