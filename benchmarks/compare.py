@@ -55,6 +55,7 @@ from strategies.shared.run_config import flat_keys
 
 if TYPE_CHECKING:
     from benchmarks.parallel import Placement
+    from strategies.shared.run_config import RunConfig
 
 RUNS_DIR = REPO / "outputs" / "benchmarks"  # `outputs/` is git-ignored
 # Keys compare() sets per method; a user may not override them with --set.
@@ -258,15 +259,29 @@ def grid_runs(grid: dict[str, Any], stem: str, overrides: dict[str, Any],
     return runs
 
 
+def calibrated_noise(cfg: RunConfig) -> float:
+    """The noise multiplier that brings `cfg`'s accountant(s) to `dp-target-epsilon` at `dp-delta`
+    after `num-rounds` rounds (`run_schedules`, `noise_for_epsilon` of strategies.shared.privacy);
+    under `sample` the clients' train sizes come from the run's partition, loaded here on the
+    benchmark's side (the server never loads it)."""
+    from datasets.federated import load_partition
+    from strategies.shared.privacy import noise_for_epsilon, run_schedules
+
+    sizes: list[int] = []
+    if cfg.dp == "sample":
+        _, partition = load_partition(cfg.data_spec)
+        sizes = [len(indices) for indices in partition.train_indices]
+    return noise_for_epsilon(cfg.dp_target_epsilon, cfg.dp_delta, run_schedules(cfg, sizes))
+
+
 def calibrate_noise(settings: dict[str, Any], method: str) -> dict[str, Any]:
     """A grid with `calibrate-noise = true`: a run with `dp` and a `dp-target-epsilon` gets the
     `dp-noise-multiplier` that brings its accountant to that ε after `num-rounds` rounds
-    (`strategies.shared.privacy.calibrated_noise`, rounded up to 4 decimals), and the same
+    (`calibrated_noise`, rounded up to 4 decimals), and the same
     `dp-upload-noise-multiplier` (the noise of the graph methods' other uploads under
     dp = 'client'); other runs as given. The graph methods' per-client accountant charges each
     client for every aggregate it enters, which depends on the graph learned: there the target
     stops training once spent."""
-    from strategies.shared.privacy import calibrated_noise
     from strategies.shared.run_config import RunConfig, default_run_config
 
     cfg = RunConfig.from_flower({**default_run_config(), **settings, "method": method})

@@ -69,8 +69,7 @@ def test_calibrated_noise_reaches_the_target_epsilon_after_the_run():
 
 
 def test_a_grid_with_calibrate_noise_sets_each_dp_runs_noise_multiplier():
-    from benchmarks.compare import calibrate_noise
-    from strategies.shared.privacy import calibrated_noise
+    from benchmarks.compare import calibrate_noise, calibrated_noise
 
     settings = {**SMALL, "dp": "client", "dp-delta": 1e-3, "dp-target-epsilon": 2.0}
     calibrated = calibrate_noise(settings, "fedavg")

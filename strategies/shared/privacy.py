@@ -128,19 +128,6 @@ def run_schedules(cfg: RunConfig, train_sizes: Sequence[int] = ()) -> list[tuple
     raise ValueError(f"dp = '{cfg.dp}' has no accountant to calibrate")
 
 
-def calibrated_noise(cfg: RunConfig) -> float:
-    """The noise multiplier that brings `cfg`'s accountant(s) to `dp-target-epsilon` at `dp-delta`
-    after `num-rounds` rounds (`run_schedules`, `noise_for_epsilon`); under `sample` the clients'
-    train sizes come from the run's partition (its data are loaded)."""
-    sizes: list[int] = []
-    if cfg.dp == "sample":
-        from datasets.federated import load_partition
-
-        _, partition = load_partition(cfg.data_spec)
-        sizes = [len(indices) for indices in partition.train_indices]
-    return noise_for_epsilon(cfg.dp_target_epsilon, cfg.dp_delta, run_schedules(cfg, sizes))
-
-
 class PrivacyInstructions(Record):
     """`privacy` of a train request under `dp = 'sample'`: the DP-SGD settings and the ledger, the
     steps each client took in earlier rounds as parallel lists (one row per client and distinct
