@@ -116,7 +116,7 @@ def cells(prefix: str) -> str:
                   f"rows with Δ ≥ +{GAIN:g}", f"rows below −{TOLERANCE:g}"), rows, align="lrrlll")
 
 
-def _seed_delta(s, setting: str, rho: float, label: str, base: str) -> float | None:
+def seed_delta(s, setting: str, rho: float, label: str, base: str) -> float | None:
     """Seed mean of (mean of `base` − mean of `label`) on a cell: what a wrong setting costs."""
     diffs = []
     for seed in s.seeds(setting, rho, label):
@@ -245,7 +245,7 @@ def reading(prefix: str) -> str:
         parts = []
         for label in wrong:
             method = label.split(" (C=")[0]
-            cost = [(c, _seed_delta(s, *c, label, method)) for c in s.cells() if s.has(label, *c)]
+            cost = [(c, seed_delta(s, *c, label, method)) for c in s.cells() if s.has(label, *c)]
             parts.append(f"{label}: " + ", ".join(f"{signed(-d, 1)} on {_cell(*c)}" for c, d in cost
                                                    if d is not None))
         bullets.append(

@@ -6,7 +6,8 @@ to have run with the settings the page names."""
 from __future__ import annotations
 
 from docs.blocks import block
-from docs.blocks.data import expect_setting, joined, mean, num, signed, suite, table
+from docs.blocks.data import expect_setting, joined, num, signed, suite, table
+from docs.blocks.suite import seed_delta
 
 MAIN = "suite"
 PARTS = ("suite/scaffold-fedatt", "suite/scaffold-fedatt-seeds12")
@@ -29,12 +30,8 @@ def _check_part() -> None:
 
 def _versus(s, setting: str, rho: float, label: str, other: str) -> float | None:
     """Seed mean of (mean of `label` − mean of `other`) on a cell, over the seeds both ran."""
-    diffs = []
-    for seed in s.seeds(setting, rho, label):
-        own, ref = s.rows(setting, rho, seed, label), s.rows(setting, rho, seed, other)
-        if own and ref and own[0]["mean"] is not None and ref[0]["mean"] is not None:
-            diffs.append(own[0]["mean"] - ref[0]["mean"])
-    return mean(diffs)
+    cost = seed_delta(s, setting, rho, label, other)
+    return None if cost is None else -cost
 
 
 @block("suite-scaffold-fedatt")
