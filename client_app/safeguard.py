@@ -13,22 +13,9 @@ carry a `safeguard` record, `SafeguardInstructions`, with its `holdout` and `gri
    best (accuracy, then loss; ties go to the larger a, toward the method's model). Training starts
    from that mix; evaluation tests it.
 4. where the record carries a `margin` (the server sends it while the strategy hands every client
-   the federation's consensus, server_app/safeguard.py), a mix is taken over the
-   reference (the federation's pooled `weight`, else the received model) only if its
-   per-sample gains over it on the slice are that many standard errors above zero (McNemar's
-   statistic (b − c) / √(b + c); regression: Σ gain / √Σ gain²), and the client reports every mix's
-   gains over the received model for the server to pool (strategies/shared/evidence.py). A slice of
-   a few dozen samples cannot tell apart models within a few points: without the margin, clients of
-   a federation without structure took their own model on noise. There, with `send-slice`,
-   a sampled client also trains the model it sends on its slice (`train_on_slice`; its own model
-   stays the one trained without it), so the consensus learns every sample, and a client whose
-   update the consensus holds scores, trains from and answers with the consensus less that update
-   (`without_own_update`), which its slice never trained. While the record carries
-   `train-consensus` (the server's `safeguard-start`), a sampled client trains from the
-   consensus itself, as under FedAvg, keeps the trained model as its own only if it scores at least
-   as well on the slice as its own model, and reports how much better its own model was
-   (`keep_trained`); the server pools that and switches the federation to training from the mixes
-   once the own models are clearly better.
+   the federation's consensus), departs from the federation's model only on clear evidence and
+   reports it for the server to pool; there `send-slice` and `train-consensus` apply
+   (client_app/safeguard_consensus.py).
 5. where the evaluation fine-tunes the chosen mix (`finetune-epochs` > 0, client_app/evaluation.py),
    answers with the fine-tuned model if it scores at least as well on the slice (with a margin: if it
    is clearly better than the mix; `prefers_finetuned`); the fine-tuned model is the client's own
@@ -60,17 +47,16 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message
 from client_app.evaluation import _finetune, evaluate_global, evaluate_reply, result_fields
 from client_app.layers import Handler, Layer, entered
 from client_app.runtime import ClientRuntime, client_runtime, model_record
-from client_app.training import (forward_batches, masked_mae, seeded_generator, task_of,
-                                 train_epochs)
+from client_app import safeguard_consensus as consensus
+from client_app.safeguard_consensus import gain as _gain  # noqa: F401 (other candidates' scores)
+from client_app.training import forward_batches, masked_mae, seeded_generator, task_of
 from client_app.training import evaluate as test_model
 from strategies.shared.evidence import (SAFEGUARD, SafeguardEvaluateReply, SafeguardInstructions,
                                         SafeguardTrainReply, clearly_better, grid)
 from strategies.shared.messages import CONFIG, EVALUATE, GLOBAL, PERSONAL, EvaluateInstructions
 
 _HOLDOUT_STREAM = 13  # seeded_generator purpose id of the held-out permutation
-_SLICE_STREAM = 14  # seeded_generator purpose id of the batches on the held-out slice
 OWN = "safeguard.own.{}"  # context.state: the client's own (last trained) model
-SENT = "safeguard.sent.{}"  # context.state: the model it last sent (trained on its slice too)
 CHOICE = "safeguard.choice.{}"  # context.state: the last choice and what it was made for
 
 
@@ -159,51 +145,29 @@ def keep_trained(rt: ClientRuntime, context: Context, model: torch.nn.Module, in
     trained = _per_sample(model, xv, yv, ins.batch_size)
     if tuple(_summary(trained)) >= tuple(_summary(own)):
         keep_own(context, rt.client_id, model)
-    gain = _gain(own, trained)
-    return SafeguardTrainReply(start_gain=float(gain.sum()), start_square=float((gain**2).sum()))
+    start_gain, start_square = consensus.evidence(own, trained)
+    return SafeguardTrainReply(start_gain=start_gain, start_square=start_square)
 
 
 def train_on_slice(rt: ClientRuntime, context: Context, model: torch.nn.Module, ins,
                    guard: SafeguardInstructions) -> int:
-    """Where the record carries `send-slice` (the federation hands out its
-    consensus), train `model`, already kept as the client's own, for the same epochs on the
-    held-out slice as well, so that the model it sends (and the consensus) learns from every
-    sample, and remember it with its round and example count (`without_own_update`). Returns the
-    samples added (0 where nothing is done)."""
+    """Where the record carries `send-slice`, train the model it sends on the held-out slice too
+    (client_app/safeguard_consensus.py); returns the samples added (0 where nothing is done)."""
     if not guard.send_slice:
         return 0
-    xv, yv = held_out(rt, ins, guard)
-    if len(yv) == 0:
-        return 0
-    train_epochs(model, xv, yv, epochs=ins.local_epochs, batch_size=ins.batch_size, lr=ins.lr,
-                 momentum=ins.momentum,
-                 generator=seeded_generator(ins.seed, rt.client_id, ins.server_round, _SLICE_STREAM))
-    examples = len(rt.data.train_y)
-    context.state[SENT.format(rt.client_id)] = model_record(model)
-    context.state[SENT.format(rt.client_id) + ".of"] = ConfigRecord(
-        {"round": int(ins.server_round), "examples": float(examples)})
-    return len(yv)
+    return consensus.train_on_slice(rt, context, model, ins, *held_out(rt, ins, guard))
 
 
 def without_own_update(context: Context, client: int, guard: SafeguardInstructions,
                        record: ArrayRecord) -> ArrayRecord:
-    """The received consensus less the client's own update, where the record says it is the
-    n-weighted mean of the models that round t's clients sent (`consensus-round`, Σ n_j
-    `consensus-examples`, `consensus-clients`), this client among them (its
-    reply was not dropped), and it kept what it sent then (trained on its held-out slice):
-    (Σ n_j·C − n_k·w_k) / (Σ n_j − n_k), which its slice never trained; else `record`."""
-    t = guard.consensus_round
-    key = SENT.format(client)
-    if (t is None or client not in (guard.consensus_clients or ())
-            or key + ".of" not in context.state.config_records):
+    """The received consensus less the client's own update where the record says it holds one
+    (`sent_update`): the line from the model it sent through the consensus, beyond it; else
+    `record`."""
+    sent = consensus.sent_update(context, client, guard)
+    if sent is None:
         return record
-    sent_of = context.state.config_records[key + ".of"]
-    total, examples = float(guard.consensus_examples), float(sent_of["examples"])
-    if int(sent_of["round"]) != int(t) or total <= examples:
-        return record  # it did not train in that round, or its update is all the consensus has
-    # the line from the sent model through the consensus, beyond it: w_k + Σ n_j/(Σ n_j − n_k)·(C − w_k)
-    return ArrayRecord(mix(context.state[key].to_torch_state_dict(), record.to_torch_state_dict(),
-                           total / (total - examples)))
+    model, weight = sent
+    return ArrayRecord(mix(model.to_torch_state_dict(), record.to_torch_state_dict(), weight))
 
 
 def _digest(record: ArrayRecord) -> str:
@@ -266,15 +230,6 @@ def _summary(result: tuple[torch.Tensor, torch.Tensor | None]) -> list[float]:
     return [-float(loss.mean())] if hits is None else [float(hits.mean()), -float(loss.mean())]
 
 
-def _gain(candidate: tuple[torch.Tensor, torch.Tensor | None],
-          reference: tuple[torch.Tensor, torch.Tensor | None]) -> torch.Tensor:
-    """Per-sample gain of `candidate` over `reference` on the held-out slice: +1 / −1 where only
-    one of them is right (classification), the error reduction (regression)."""
-    loss, hits = candidate
-    ref_loss, ref_hits = reference
-    return hits - ref_hits if hits is not None else ref_loss - loss
-
-
 def held_out(rt: ClientRuntime, ins, guard: SafeguardInstructions
              ) -> tuple[torch.Tensor, torch.Tensor]:
     """The (x, y) of the client's held-out slice (`holdout_index`)."""
@@ -301,8 +256,7 @@ def prefers_finetuned(rt: ClientRuntime, ins, guard: SafeguardInstructions, choi
     if margin <= 0.0:
         return tuple(_summary(result)) >= choice.score
     held = choice.held or _per_sample(rt.model(mixed), xv, yv, ins.batch_size)
-    gain = _gain(result, held)
-    return clearly_better(float(gain.sum()), float((gain**2).sum()), margin)
+    return clearly_better(*consensus.evidence(result, held), margin)
 
 
 def _on_grid(weight: float | None, points: int) -> float:
@@ -358,13 +312,8 @@ def _search(rt: ClientRuntime, context: Context, ins, guard: SafeguardInstructio
                     tested[a] = test(mix(own_state, other, a) if a < 1.0 else other)
             top = max(tested, key=lambda a: (*_summary(tested[a]), a))  # ties to larger a
             if margin > 0.0:
-                gains = [_gain(tested[a], tested[1.0]) for a in grid(guard.grid)[:-1]]
-                scores[digest + ".gains"] = [float(g.sum()) for g in gains]
-                scores[digest + ".squares"] = [float((g**2).sum()) for g in gains]
-                gain = _gain(tested[top], tested[reference])
-                if top != reference and not clearly_better(float(gain.sum()),
-                                                           float((gain**2).sum()), margin):
-                    top = reference
+                top, scores[digest + ".gains"], scores[digest + ".squares"] = \
+                    consensus.margin_choice(tested, top, reference, margin, guard.grid)
             scores[digest] = [top, *_summary(tested[top])]
             fresh[digest] = tested[top]
         a, *value = scores[digest]

@@ -12,7 +12,7 @@ import pytest
 import torch
 from flwr.app import ArrayRecord, Context, Message, RecordDict
 
-from client_app import layers, safeguard
+from client_app import layers, safeguard, safeguard_consensus
 from client_app.app import app as client_app
 from client_app.runtime import ClientRuntime, client_runtime
 from client_app.training import evaluate as evaluate_model
@@ -313,7 +313,7 @@ def test_from_the_consensus_a_client_trains_it_and_keeps_the_better_of_it_and_it
     alone = _train(fresh, received, **fields)  # no own model yet: it trains the received model
     assert same(reply.content[PERSONAL], alone.content[PERSONAL])
     assert SAFEGUARD not in alone.content
-    gain = safeguard._gain(on_slice(good), on_slice(reply.content[PERSONAL]))
+    gain = safeguard_consensus.gain(on_slice(good), on_slice(reply.content[PERSONAL]))
     evidence = reply.content[SAFEGUARD]
     assert evidence["start-gain"] == pytest.approx(float(gain.sum())) and gain.sum() > 0
     assert evidence["start-square"] == pytest.approx(float((gain**2).sum()))
@@ -516,10 +516,10 @@ def test_the_sent_model_also_learns_the_held_out_slice_and_the_own_model_does_no
     for key, array in plain_own.items():  # the own model never saw the slice
         np.testing.assert_array_equal(own[key].numpy(), array.numpy())
     assert any(not np.array_equal(sent.content[PERSONAL][k].numpy(), own[k].numpy()) for k in own)
-    kept = context.state[safeguard.SENT.format(0)]
+    kept = context.state[safeguard_consensus.SENT.format(0)]
     for key, array in sent.content[PERSONAL].items():
         np.testing.assert_array_equal(kept[key].numpy(), array.numpy())
-    assert safeguard.SENT.format(0) not in fresh.state.array_records  # nothing kept without it
+    assert safeguard_consensus.SENT.format(0) not in fresh.state.array_records  # nothing kept without it
 
 
 def test_a_client_scores_with_the_consensus_less_its_own_update(node):
