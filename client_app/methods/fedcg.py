@@ -32,6 +32,7 @@ ones are the same numbers).
 from __future__ import annotations
 
 import hashlib
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -47,6 +48,7 @@ from models import build_model
 from models.fedcg import DomainClassifier, FedCGModel
 from strategies.methods.fedcg.settings import (
     ADJACENCY,
+    BALANCE_STATISTICS,
     FEDCG_METRICS,
     GRAPH,
     QUERY_FEDCG_BALANCE,
@@ -69,6 +71,7 @@ from strategies.shared.messages import (
     EvaluateInstructions,
     EvaluateReply,
 )
+from strategies.shared.privacy import DP_UPLOAD, PRIVACY
 
 if TYPE_CHECKING:
     from strategies.shared.run_config import RunConfig
@@ -222,6 +225,16 @@ def _received_models(rt: ClientRuntime, content: RecordDict, split: str):
     return settings, model, student, *rt.tensors(split)
 
 
+def _dp_recording(model: FedCGModel, private: bool):
+    """Under DP-SGD, the context in which Opacus can take the FedCG layers' per-example gradients
+    (`client_app.methods.fedcg_privacy`, imported only then); otherwise nothing."""
+    if not private:
+        return nullcontext(model)
+    from client_app.methods.fedcg_privacy import recording
+
+    return recording(model)
+
+
 def train(message: Message, context: Context) -> Message:
     rt = client_runtime(message, context)
     ins = FedCGTrain.read(message.content[CONFIG])
@@ -240,26 +253,34 @@ def train(message: Message, context: Context) -> Message:
     else:
         raise ValueError(f"{TRAIN_FEDCG} needs the '{TEACHER}' record, 'client-domain' or 'true-domains' "
                          "in its config")
-    same = teacher is not None and record_fingerprint(content[STUDENT]) == record_fingerprint(
-        content[TEACHER])  # the round after φ ← ϕ: the received student is the teacher
-    received = (teacher if same else domain_logits(student, x)).argmax(dim=1)  # the received ϕ
-    agreement = float((received == pseudo).float().mean()) if len(y) else 0.0
+    private = PRIVACY in content  # dp='sample': both trainings run DP-SGD (client_app.privacy)
+    if not private:  # under DP no statistic of the data besides what DP-SGD trained is sent
+        same = teacher is not None and record_fingerprint(content[STUDENT]) == record_fingerprint(
+            content[TEACHER])  # the round after φ ← ϕ: the received student is the teacher
+        received = (teacher if same else domain_logits(student, x)).argmax(dim=1)  # the received ϕ
+        agreement = float((received == pseudo).float().mean()) if len(y) else 0.0
     index = torch.arange(len(y), device=x.device)
-    loss = train_epochs(  # (b) eq. 4 with w = onehot(d̂); V̂ recomputed at every step
-        DomainInput(model, x, pseudo), index, y, epochs=ins.local_epochs, batch_size=ins.batch_size,
-        lr=ins.lr, momentum=ins.momentum,
-        generator=seeded_generator(ins.seed, rt.client_id, ins.server_round),
-    )
+    with _dp_recording(model, private):
+        loss = train_epochs(  # (b) eq. 4 with w = onehot(d̂); V̂ recomputed at every step
+            DomainInput(model, x, pseudo), index, y, epochs=ins.local_epochs,
+            batch_size=ins.batch_size, lr=ins.lr, momentum=ins.momentum,
+            generator=seeded_generator(ins.seed, rt.client_id, ins.server_round),
+        )
     student_loss = train_epochs(  # (c) eq. 3: the student learns d̂
         student, x, pseudo, epochs=ins.local_epochs, batch_size=ins.batch_size, lr=ins.domain_lr,
         momentum=0.0, generator=seeded_generator(ins.seed, rt.client_id, ins.server_round, STUDENT_STREAM),
     )
-    reply = FedCGTrainReply(
-        num_examples=len(y), train_loss=loss, student_loss=student_loss, student_agreement=agreement,
-        domain_counts=_counts(pseudo, d), student_counts=_counts(received, d),
-        truth_counts=truth_counts(rt, settings, "train", pseudo),
-        student_truth_counts=truth_counts(rt, settings, "train", received), cuda=rt.on_cuda,
-    )
+    if private:
+        reply = FedCGTrainReply(num_examples=len(y), train_loss=loss, student_loss=student_loss,
+                                cuda=rt.on_cuda)
+    else:
+        reply = FedCGTrainReply(
+            num_examples=len(y), train_loss=loss, student_loss=student_loss,
+            student_agreement=agreement, domain_counts=_counts(pseudo, d),
+            student_counts=_counts(received, d),
+            truth_counts=truth_counts(rt, settings, "train", pseudo),
+            student_truth_counts=truth_counts(rt, settings, "train", received), cuda=rt.on_cuda,
+        )
     return Message(RecordDict({MODEL: model_record(model), STUDENT: model_record(student),
                                METRICS: reply.metrics()}), reply_to=message)
 
@@ -323,4 +344,8 @@ def balance_statistics(message: Message, context: Context) -> Message:
             raise ValueError(f"{QUERY_FEDCG_BALANCE} 'marginals' needs the '{TEACHER_LABELLING}' record")
         n, soft, hard = soft_marginals(logits, labelling)
         reply = FedCGBalanceReply(num_examples=n, soft_sum=soft, hard_counts=hard)
+    if DP_UPLOAD in content:  # dp='sample': the statistics leave clipped and noised (its layer)
+        return Message(RecordDict({METRICS: FedCGBalanceReply(num_examples=n).metrics(),
+                                   BALANCE_STATISTICS: reply.statistics_record()}),
+                       reply_to=message)
     return Message(RecordDict({METRICS: reply.metrics()}), reply_to=message)

@@ -240,7 +240,10 @@ class FedCGReporting(MethodReporter):
             ax1.plot(rounds, [self.rounds[r]["lambda"][name] for r in rounds], label=name)
         ax1.set_title("λ per FedCG layer")
         ax1.legend(fontsize=7)
-        ax2.plot(rounds, [self.rounds[r]["student-agreement"] for r in rounds], label="agreement")
+        agreement = [(r, self.rounds[r]["student-agreement"]) for r in rounds
+                     if "student-agreement" in self.rounds[r]]  # not sent under dp='sample'
+        if agreement:
+            ax2.plot(*zip(*agreement), label="agreement")
         for key in ("pseudo-domain-nmi", "student-nmi"):
             points = [(r, self.rounds[r].get(key)) for r in sorted(self.rounds)
                       if self.rounds[r].get(key) is not None]
@@ -248,11 +251,14 @@ class FedCGReporting(MethodReporter):
                 ax2.plot(*zip(*points), label=key)
         ax2.set_title("student–teacher agreement, NMI")
         ax2.legend(fontsize=7)
-        hist = np.array([self.rounds[r]["domain-histogram"] for r in rounds], dtype=np.float64)
-        hist = hist / np.maximum(hist.sum(axis=1, keepdims=True), 1)
-        ax3.stackplot(rounds, hist.T, labels=[f"domain {d}" for d in range(hist.shape[1])])
-        ax3.set_title("pseudo-domain histogram (share)")
-        ax3.legend(fontsize=7, loc="upper right")
+        counted = [r for r in rounds if "domain-histogram" in self.rounds[r]]
+        if counted:
+            hist = np.array([self.rounds[r]["domain-histogram"] for r in counted], dtype=np.float64)
+            hist = hist / np.maximum(hist.sum(axis=1, keepdims=True), 1)
+            ax3.stackplot(counted, hist.T, labels=[f"domain {d}" for d in range(hist.shape[1])])
+            ax3.legend(fontsize=7, loc="upper right")
+        ax3.set_title("pseudo-domain histogram (share)" if counted
+                      else "pseudo-domain histogram: not sent under dp='sample'")
         for ax in (ax1, ax2, ax3):
             ax.set_xlabel("round")
         fig.tight_layout()

@@ -56,6 +56,7 @@ from models import build_model
 from models.fedcg import DomainClassifier, FedCGModel
 from strategies.methods.fedcg.settings import (
     ADJACENCY,
+    BALANCE_STATISTICS,
     EVALUATE_FEDCG,
     GRAPH,
     QUERY_FEDCG_BALANCE,
@@ -85,12 +86,14 @@ from strategies.shared.messages import (
     TrainReply,
 )
 from strategies.shared.params import ParameterLayout
+from strategies.shared.privacy import DP_UPLOAD, PRIVACY, PrivacyReport
 from strategies.shared.personalized import weighted_mean
 from strategies.shared.phases import ClientKeyed, Phase, PhasedStrategy, Replies, Steps
 from strategies.shared.priors import ClientReports
 from strategies.methods.fedcg.report import FedCGReporting, largest_share, nmi_from_counts
 
 if TYPE_CHECKING:
+    from strategies.methods.fedcg.privacy import FedCGSamplePrivacy
     from strategies.methods.fedcg.settings import FedCGSection
     from strategies.shared.run_config import RunConfig
     from strategies.shared.client_matrix import ClientMatrixStorage
@@ -133,6 +136,16 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy, ClientKeyed):
         self.balance_report: dict[str, Any] = {}  # the last balancing: its marginals and histogram
         self.adjacencies: list[np.ndarray] = [self.adjacency.numpy().copy()]  # A after round t
         self.rounds: dict[int, dict[str, Any]] = {}  # per-round report (train + evaluation)
+
+    # dp='sample' (strategies.methods.fedcg.privacy): the balance statistics' noise, accounting and
+    # target; None with dp off
+    sample_privacy: FedCGSamplePrivacy | None = None
+
+    @property
+    def sample_uploads(self) -> Any:
+        """The UploadLedger of the noised balance replies the run's DP-SGD ledger takes
+        (server_app/privacy.py); None with dp off."""
+        return None if self.sample_privacy is None else self.sample_privacy.uploads
 
     # --- state ----------------------------------------------------------------------------------
     def bind(self, arrays: ArrayRecord) -> None:
@@ -224,11 +237,30 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy, ClientKeyed):
             records[TEACHER_LABELLING] = labelling.record()
         content = RecordDict(records)
         online = set(online)
-        messages = [Message(content, dst_node_id=c, message_type=QUERY_FEDCG_BALANCE)
-                    for c in self.train_clients if c in online]
+        asked = [c for c in self.train_clients if c in online]
+        private = self.sample_privacy
+        if private is None:
+            messages = [Message(content, dst_node_id=c, message_type=QUERY_FEDCG_BALANCE)
+                        for c in asked]
+        else:  # dp='sample': the statistics leave noised, within the target (fedcg/privacy.py)
+            messages = [Message(RecordDict({**records, DP_UPLOAD: private.instructions()}),
+                                dst_node_id=c, message_type=QUERY_FEDCG_BALANCE)
+                        for c in private.affordable(asked)]
         answers = []
-        for client, reply in (yield Phase(QUERY_FEDCG_BALANCE, messages)):
-            answer = FedCGBalanceReply.read(reply.content[METRICS])
+        replies = yield Phase(QUERY_FEDCG_BALANCE, messages)
+        if private is not None:
+            private.charge(client for client, reply in replies if BALANCE_STATISTICS in reply.content)
+        for client, reply in replies:
+            if private is not None:
+                if BALANCE_STATISTICS not in reply.content:
+                    log.warning("fedcg: client %d's balance reply carries no '%s' record; skipped",
+                                client, BALANCE_STATISTICS)
+                    continue
+                answer = FedCGBalanceReply.from_statistics(
+                    FedCGBalanceReply.read(reply.content[METRICS]).num_examples,
+                    reply.content[BALANCE_STATISTICS])
+            else:
+                answer = FedCGBalanceReply.read(reply.content[METRICS])
             sums = ([answer.soft_sum] if statistic == "marginals"
                     else [answer.logit_sum, answer.logit_square_sum])
             malformed = any(v is None or len(v) != d or not np.isfinite(v).all() for v in sums)
@@ -316,9 +348,11 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy, ClientKeyed):
 
     def before_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         online: list[int]) -> Steps[None]:
-        """The labelling of a new teacher (its test histograms are reported under it)."""
+        """The labelling of a new teacher (its test histograms are reported under it); under
+        dp='sample' not for the report alone (the next training asks)."""
         self.bind(arrays)
-        yield from self.update_labelling(online)
+        if self.sample_privacy is None:
+            yield from self.update_labelling(online)
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
@@ -362,6 +396,8 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy, ClientKeyed):
             models.append(self.model_layout.row(reply.content[MODEL]))
             students.append(self.student_layout.row(reply.content[STUDENT]))
             metrics.append(FedCGTrainReply.read(reply.content[METRICS]))
+            if self.sample_privacy is not None and PRIVACY in reply.content:
+                self.sample_privacy.take_report(client, PrivacyReport.read(reply.content[PRIVACY]))
         if not metrics:
             return None, None
         weights = torch.tensor([m.num_examples for m in metrics], dtype=torch.float32)
@@ -380,6 +416,15 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy, ClientKeyed):
         self.adjacencies.append(self.adjacency.numpy().copy())
         share = (weights / weights.sum()).numpy()
         report = self.rounds.setdefault(server_round, {})
+        train_loss = float(np.dot(share, [m.train_loss for m in metrics]))
+        if any(m.domain_counts is None for m in metrics):  # dp='sample': no counts were sent
+            report.update({"adjacency": self.adjacency.numpy().round(6).tolist(),
+                           "lambda": self.lambdas(),
+                           "student-loss": float(np.dot(share, [m.student_loss for m in metrics])),
+                           "teacher-replaced": replaced})
+            if self.balance_report:
+                report["balance"] = self.balance_report
+            return self.model, MetricRecord({"train-loss": train_loss})
         histogram = np.sum([m.domain_counts for m in metrics], axis=0).tolist()
         report.update({
             "adjacency": self.adjacency.numpy().round(6).tolist(),
@@ -399,7 +444,6 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy, ClientKeyed):
             report["pseudo-domain-nmi"] = nmi_from_counts(truth_table)
             report["student-nmi-train"] = nmi_from_counts(self._truth_table(
                 clients, [m.student_counts for m in metrics], [m.student_truth_counts for m in metrics]))
-        train_loss = float(np.dot(share, [m.train_loss for m in metrics]))
         return self.model, MetricRecord({"train-loss": train_loss})
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
@@ -420,6 +464,8 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy, ClientKeyed):
     def take_reports(self, reports: ClientReports) -> None:
         """The true domains the clients reported (their group and per-domain train counts), for the
         per-domain accuracy and NMI figures; none reported: those figures are left out."""
+        if self.sample_privacy is not None:
+            self.sample_privacy.take_train_sizes(reports.train_sizes)
         truth = reports.truth()
         if truth is not None and truth.cluster_ids is not None:
             self.truth = truth
@@ -430,8 +476,13 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy, ClientKeyed):
 
 def build_fedcg(cfg: RunConfig) -> FedCG:
     """FedCG; its ground truth (true domains: reporting only) is what the clients report
-    (`FedCG.take_reports`)."""
-    return fedcg_for(cfg)
+    (`FedCG.take_reports`); under dp='sample' with its balance statistics' noise and accounting."""
+    strategy = fedcg_for(cfg)
+    if cfg.dp == "sample":
+        from strategies.methods.fedcg.privacy import FedCGSamplePrivacy
+
+        strategy.sample_privacy = FedCGSamplePrivacy.of(cfg)
+    return strategy
 
 
 def fedcg_for(cfg: RunConfig, truth: Partition | None = None) -> FedCG:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -88,6 +88,10 @@ class FedCGSection(MethodSettings):
                                  f"needs partition 'domains' and fedcg.domains >= its {seen} seen "
                                  f"domains (got partition '{cfg.partition}', fedcg.domains = "
                                  f"{self.domains})")
+        if cfg.dp == "sample" and self.clustering == "kmeans":
+            raise ValueError("dp = 'sample' with fedcg.clustering = 'kmeans': the K-means phase "
+                             "trains each client's model outside DP-SGD (its train.local requests "
+                             "carry no privacy record); set fedcg.clustering='clf' or 'oracle', or dp='off'")
         self._warn_if_late(cfg.num_rounds)
 
     def _warn_if_late(self, num_rounds: int) -> None:
@@ -138,6 +142,7 @@ TEACHER_LABELLING = "teacher_labelling"  # FedCG: how the teacher's logits becom
 TRAIN_FEDCG = "train.fedcg"  # FedCG: pseudo-domains by the teacher, train model and student
 EVALUATE_FEDCG = "evaluate.fedcg"  # FedCG: test with the student's (soft) domain weights
 QUERY_FEDCG_BALANCE = "query.fedcg_balance"  # FedCG: per-domain sums of a client's teacher logits
+BALANCE_STATISTICS = "balance-statistics"  # FedCG, dp='sample': a balance reply's statistics, noised
 
 
 class FedCGTrainReply(Record):
@@ -145,14 +150,16 @@ class FedCGTrainReply(Record):
     local samples where the received student agrees with the teacher, and per-domain sample counts
     of the pseudo-domains used for training (`domain-counts`) and of the received student's argmax.
     `truth-counts` / `student-truth-counts` (flattened [G, D], where the client knows each image's
-    true domain g: reporting only) split those counts by true domain for a per-image NMI."""
+    true domain g: reporting only) split those counts by true domain for a per-image NMI. Under
+    `dp = 'sample'` the counts and the agreement (statistics of the client's data that no noise
+    covers, used for the report only) are not sent: None."""
 
     num_examples: int = Field(ge=0)
     train_loss: float
     student_loss: float
-    student_agreement: float = Field(ge=0.0, le=1.0)
-    domain_counts: list[int]
-    student_counts: list[int]
+    student_agreement: float | None = Field(None, ge=0.0, le=1.0)
+    domain_counts: list[int] | None = None
+    student_counts: list[int] | None = None
     truth_counts: list[int] | None = None
     student_truth_counts: list[int] | None = None
     cuda: int | None = Field(None, ge=0, le=1)  # the device it trained on: 1 a CUDA GPU, 0 the CPU
@@ -172,14 +179,45 @@ class FedCGBalanceRequest(Record):
 
 
 class FedCGBalanceReply(Record):
-    """Metrics of a `query.fedcg_balance` reply: n_k and D floats per requested sum."""
+    """Metrics of a `query.fedcg_balance` reply: n_k and D floats per requested sum. Under
+    `dp = 'sample'` (the request carries a `dp-upload` record) the metrics hold n_k alone and the
+    statistics travel as the ArrayRecord `balance-statistics` (`statistics_record`), per example
+    (sums over n_k), which the client's `dp-upload` layer clips and noises (`from_statistics`)."""
 
     num_examples: int = Field(ge=0)
     logit_sum: list[float] | None = None
     logit_square_sum: list[float] | None = None
     soft_sum: list[float] | None = None
-    hard_counts: list[int] | None = None
+    hard_counts: list[int] | list[float] | None = None  # floats: noised (dp='sample')
     logit_sample: list[float] | None = None  # `sample`: m rows of D logits, flattened row by row
+
+    def statistics_record(self) -> Any:
+        """The reply's statistics as the ArrayRecord `balance-statistics` (float64): the sums
+        divided by n_k (so their norm does not grow with the data, and one clipping norm fits every
+        client), the logit rows as they are."""
+        import numpy as np
+        from flwr.app import Array, ArrayRecord
+
+        n = max(self.num_examples, 1)
+        arrays = {}
+        for name in ("logit_sum", "logit_square_sum", "soft_sum", "hard_counts"):
+            values = getattr(self, name)
+            if values is not None:
+                arrays[name] = Array(np.asarray(values, dtype=np.float64) / n)
+        if self.logit_sample is not None:
+            arrays["logit_sample"] = Array(np.asarray(self.logit_sample, dtype=np.float64))
+        return ArrayRecord(arrays)
+
+    @classmethod
+    def from_statistics(cls, num_examples: int, record: Any) -> FedCGBalanceReply:
+        """The reply whose statistics came as `balance-statistics` (noised): the sums back as n_k
+        times the per-example values (the hard counts as floats)."""
+        fields: dict[str, Any] = {"num_examples": num_examples}
+        for name in record.keys():
+            values = record[name].numpy().astype(float).reshape(-1)
+            scale = 1.0 if name == "logit_sample" else float(num_examples)
+            fields[name] = (values * scale).tolist()
+        return cls(**fields)
 
 
 class FedCGEvaluateCounts(Record):
@@ -209,8 +247,9 @@ class FedCGTrain(TrainInstructions):
 METHODS = (Method("fedcg", "strategies.methods.fedcg.server:build", "fedcg", FedCGSection, {
     "train.fedcg": "client_app.methods.fedcg:train", "evaluate.fedcg": "client_app.methods.fedcg:evaluate",
     "query.fedcg_balance": "client_app.methods.fedcg:balance_statistics"},
-           privacy_refused=("its clients send, besides the model and the student, statistics of their data that no "
-                            "noised aggregate covers: per-domain sample counts in every train reply and, for the "
-                            "domain balancing, sums of the teacher's domain logits and a random sample of single "
-                            "examples' logits (query.fedcg_balance)"),
+           privacy=("sample",),
+           privacy_refused=("client-level DP is not built for it: its server averages the model and the student "
+                            "together and swaps the teacher for the student, which the one-average layer does not "
+                            "clip, noise or account, and its balance statistics would need the per-client "
+                            "accountant; dp='sample' covers it"),
            summary="FedCG: teacher/student domain clustering + GCN-connected domain-specific residual branches"),)
