@@ -27,7 +27,7 @@ import numpy as np
 from flwr.app import Context, Message, RecordDict
 
 from client_app.devices import resolve_device
-from client_app.runtime import data_dir, local_clients, node_data_spec, partition_slot, run_config
+from client_app.node import data_dir, local_clients, node_data_spec, partition_slot, run_config
 from datasets.federated import DataSpec, client_sizes, load_partition
 from datasets.local import Expected, LocalData, LocalDataError, load_local
 from strategies.shared.priors import NO_GROUP, ClientReport

@@ -12,15 +12,7 @@ import torch
 from flwr.app import ArrayRecord, Context, Message
 
 from client_app.devices import resolve_device
-from client_app.node import (  # noqa: F401 (NodeConfigError and the node's look-ups, as before)
-    NodeConfigError,
-    client_data,
-    data_dir,
-    local_clients,
-    node_data_spec,
-    partition_slot,
-    run_config,
-)
+from client_app.node import client_data, run_config
 from datasets.federated import ClientData
 from models import Backbone, build_model
 from strategies.shared.run_config import RunConfig

@@ -2,7 +2,7 @@
 
 For a method that declares it (`Method.safeguard`) with the run config's `safeguard` on, every train
 and evaluate request carries a `safeguard` record (`SafeguardInstructions`: `holdout`, `grid`).
-While the strategy hands every client the federation's consensus (`hands_out_consensus`) and
+While the strategy hands every client the federation's consensus (`HandsOutConsensus`) and
 `safeguard-margin` > 0, the record also carries the `margin`, the federation's pooled `weight` (from
 the gains the clients reported at the last evaluation, `federation_weight`), `train-consensus` while
 sampled clients train from the consensus (`StartEvidence`, run config `safeguard-start`) and, with
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 from flwr.app import ConfigRecord
@@ -24,11 +24,23 @@ from flwr.app import ConfigRecord
 from server_app.callbacks import Replies, RunCallback
 from strategies.shared.evidence import (SAFEGUARD, SafeguardEvaluateReply, SafeguardInstructions,
                                         SafeguardTrainReply, StartEvidence, federation_weight, grid)
-from strategies.shared.personalized import PersonalizedStrategy
 from strategies.shared.registry import METHODS
 from strategies.shared.run_config import RunConfig
 
 log = logging.getLogger("flwr.bouquet")
+
+
+@runtime_checkable
+class HandsOutConsensus(Protocol):
+    """A strategy that may hand every client the same model, the federation's consensus."""
+
+    def hands_out_consensus(self) -> bool:
+        """Whether every client now receives the consensus (False: each its own aggregate)."""
+
+    def consensus_mass(self) -> tuple[int, float, list[int]] | None:
+        """(round, Σ n_j, the clients j) where the consensus is the n-weighted mean of the models
+        those clients trained in that round, so each of them can take its own update out of it;
+        None otherwise."""
 
 
 class Safeguard(RunCallback):
@@ -51,7 +63,7 @@ class Safeguard(RunCallback):
         case of the federation's weight and start."""
         strategy = self.run.strategy
         return (self.on and self.cfg.safeguard_margin > 0.0
-                and isinstance(strategy, PersonalizedStrategy) and strategy.hands_out_consensus())
+                and isinstance(strategy, HandsOutConsensus) and strategy.hands_out_consensus())
 
     def instructions(self) -> SafeguardInstructions | None:
         """The `safeguard` record of the next requests (None: the safeguard is off)."""

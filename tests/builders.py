@@ -50,3 +50,6 @@ def consensus_strategy() -> Any:
 class _Consensus(PersonalizedStrategy):
     def hands_out_consensus(self) -> bool:
         return True
+
+    def consensus_mass(self) -> tuple[int, float, list[int]] | None:
+        return None

@@ -16,7 +16,7 @@ import yaml
 from flwr.app import Context, MetricRecord, RecordDict
 
 import flwr
-from client_app.runtime import NodeConfigError, node_data_spec
+from client_app.node import NodeConfigError, node_data_spec
 from server_app.harness import deploy
 from strategies.shared.run_config import RunConfig
 from server_app.harness.outcome import RunFailedError, parse_run_id, run_config_arg

@@ -14,9 +14,9 @@ from strategies.shared.graph import (
     fresh_graph,
     share_inside_groups,
     structure_share,
-    true_structure,
     uniform_share,
 )
+from strategies.shared.priors import true_structure
 from strategies.methods.flt.neighbourhood import (
     NeighbourhoodModels,
     neighbourhood_average,

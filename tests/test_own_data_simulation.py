@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from flwr.app import Context, RecordDict
 
-from client_app.runtime import local_clients
+from client_app.node import local_clients
 from datasets.export import export
 from server_app.cli import CheckFailed, check_data
 from server_app.harness.simulate import simulate

@@ -343,15 +343,19 @@ def test_defaults_are_capped_not_rejected_for_small_federations():
 def test_robust_rules_are_the_coordinatewise_median_and_trimmed_mean():
     import torch
 
-    from strategies.shared.personalized import robust_mean
+    from strategies.shared.personalized import PersonalizedStrategy
 
     rows = torch.tensor([[0.0, 10.0], [1.0, 20.0], [2.0, 30.0], [3.0, 40.0], [1000.0, -1e6]])
     weights = torch.tensor([1.0, 1.0, 1.0, 1.0, 100.0])
-    assert robust_mean(rows, weights, "median").tolist() == [2.0, 20.0]
+
+    def global_mean(rule: str, trim_fraction: float = 0.2) -> list[float]:
+        strategy = PersonalizedStrategy(5, 1.0, rule, trim_fraction)
+        return strategy.global_mean(rows, weights).tolist()
+
+    assert global_mean("median") == [2.0, 20.0]
     # cut 1 of 5 per side: coordinate 0 keeps {1, 2, 3}, coordinate 1 keeps {10, 20, 30}
-    assert robust_mean(rows, weights, "trimmed-mean", 0.2).tolist() == [2.0, 20.0]
-    assert robust_mean(rows, weights, "mean").tolist() == pytest.approx(
-        ((weights / weights.sum()) @ rows).tolist())
+    assert global_mean("trimmed-mean", 0.2) == [2.0, 20.0]
+    assert global_mean("mean") == pytest.approx(((weights / weights.sum()) @ rows).tolist())
 
 
 def _poison(content):

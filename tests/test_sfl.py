@@ -15,7 +15,8 @@ from strategies.shared.run_config import RunConfig
 from server_app.harness.simulate import simulate
 from strategies.shared.run_config import default_run_config
 from strategies.methods.sfl.gcn import GCNPropagation, gcn_operator
-from strategies.shared.graph import knn_graph, row_normalize, structure_share, top_k_per_row
+from benchmarks.studies.sfl_scale import knn_graph
+from strategies.shared.graph import row_normalize, structure_share, top_k_per_row
 from strategies.shared.priors import check_adjacency, read_adjacency
 from strategies.methods.sfl.graph_learner import GraphConstructor, GraphLearner, blend, graph_target
 from strategies.methods.sfl.settings import TRAIN_SFL

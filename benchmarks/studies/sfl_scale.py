@@ -37,7 +37,7 @@ import torch
 from benchmarks.common import benchmark_parser, log_progress, progress
 from docs.results.studies import sfl_scale as markdown
 from strategies.methods.sfl.gcn import GCNPropagation
-from strategies.shared.graph import knn_graph, row_normalize
+from strategies.shared.graph import row_normalize
 
 REPO = Path(__file__).resolve().parent.parent.parent
 RESULTS_DIR = REPO / "benchmarks" / "results"
@@ -56,6 +56,20 @@ def timed(fn: Callable[[], Any], reps: int, slow: float) -> tuple[float, int]:
         if times[0] > slow:
             break
     return statistics.median(times), len(times)
+
+
+def knn_graph(points: torch.Tensor | np.ndarray, k: int, self_loops: bool = True) -> torch.Tensor:
+    """Binary kNN graph [N, N] of points [N, d]: row i links i to its k nearest other points."""
+    x = torch.as_tensor(np.asarray(points), dtype=torch.float64)
+    distances = torch.cdist(x, x)
+    distances.fill_diagonal_(float("inf"))
+    k = max(0, min(int(k), len(x) - 1))
+    graph = torch.zeros(len(x), len(x), dtype=torch.float32)
+    if k:
+        graph.scatter_(1, distances.topk(k, dim=1, largest=False).indices, 1.0)
+    if self_loops:
+        graph.fill_diagonal_(1.0)
+    return graph
 
 
 def graphs(n: int, k: int, seed: int) -> dict[str, torch.Tensor]:

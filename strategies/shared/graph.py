@@ -1,10 +1,9 @@
-"""The small graph core shared by the graph-aware methods: row normalisation, top-k and kNN graphs,
-pairwise row distances, the fresh-row restriction of a graph, the display order of a graph's groups,
-and graph-quality scores against the true client structure (share of weight inside true groups)."""
+"""The small graph core shared by the graph-aware methods: row normalisation, top-k graphs, pairwise
+row distances, the fresh-row restriction of a graph, the display order of a graph's groups, and
+graph-quality scores against the true client structure (share of weight inside it; the structure
+itself is `strategies.shared.priors.true_structure`)."""
 
 from __future__ import annotations
-
-from typing import Any
 
 import numpy as np
 import torch
@@ -12,40 +11,10 @@ from scipy.sparse import csr_matrix
 
 
 def share_inside_groups(adjacency: np.ndarray, groups: np.ndarray) -> float | None:
-    """Share of the off-diagonal edge weight of a graph that joins clients of the same true group
-    (None when the graph has no off-diagonal edge)."""
-    weights = np.asarray(adjacency, dtype=np.float64).copy()
-    np.fill_diagonal(weights, 0.0)
-    total = weights.sum()
-    if total <= 0:
-        return None
+    """`structure_share` of a graph with non-negative weights against true groups: the share of its
+    off-diagonal edge weight that joins clients of the same group (None without such an edge)."""
     groups = np.asarray(groups)
-    return float((weights * (groups[:, None] == groups[None, :])).sum() / total)
-
-
-def true_structure(partition: Any, labels: np.ndarray | None = None) -> tuple[np.ndarray, str] | None:
-    """The ground truth a learned client graph is scored against, [K, K] in [0, 1], and its name.
-
-    `true-clusters`: 1 for two clients of the same true cluster (label-clusters, domains: the
-    partition's `cluster_ids`). Otherwise `label-similarity`: the cosine similarity of two clients'
-    train-label histograms (needs the source `labels`), which stays informative where every pair
-    shares some label (Dirichlet) and a binary label-sharing graph would be complete. Without
-    either: `label-sharing`, the partition's binary label graph. None when nothing is known."""
-    if partition is None:
-        return None
-    clusters = getattr(partition, "cluster_ids", None)
-    if clusters is not None:
-        clusters = np.asarray(clusters)
-        return (clusters[:, None] == clusters[None, :]).astype(np.float64), "true-clusters"
-    if labels is not None:
-        labels = np.asarray(labels)
-        classes = int(labels.max()) + 1 if labels.size else 1
-        hist = np.stack([np.bincount(labels[idx], minlength=classes) for idx in
-                         partition.train_indices]).astype(np.float64)
-        norms = np.linalg.norm(hist, axis=1, keepdims=True)
-        unit = hist / np.where(norms > 0, norms, 1.0)
-        return np.clip(unit @ unit.T, 0.0, 1.0), "label-similarity"
-    return np.asarray(partition.label_graph, dtype=np.float64), "label-sharing"
+    return structure_share(adjacency, groups[:, None] == groups[None, :])
 
 
 def structure_share(weights: np.ndarray | torch.Tensor, truth: np.ndarray) -> float | None:
@@ -74,8 +43,6 @@ def fresh_graph(adjacency: torch.Tensor | np.ndarray, weights: torch.Tensor) -> 
     return row_normalize(a * weights.to(torch.float64)[None, :])
 
 
-
-
 def row_normalize(adjacency: torch.Tensor | np.ndarray) -> torch.Tensor:
     """Â = D_A⁻¹·A (spec §2 (3), [C] `normalize_adj`): every row sums to 1, self-loops kept.
 
@@ -100,20 +67,6 @@ def top_k_per_row(matrix: torch.Tensor, k: int) -> torch.Tensor:
         return torch.zeros_like(matrix)
     values, index = matrix.topk(k, dim=1)
     return torch.zeros_like(matrix).scatter_(1, index, values)
-
-
-def knn_graph(points: torch.Tensor | np.ndarray, k: int, self_loops: bool = True) -> torch.Tensor:
-    """Binary kNN graph [N, N] of points [N, d]: row i links i to its k nearest other points."""
-    x = torch.as_tensor(np.asarray(points), dtype=torch.float64)
-    distances = torch.cdist(x, x)
-    distances.fill_diagonal_(float("inf"))
-    k = max(0, min(int(k), len(x) - 1))
-    graph = torch.zeros(len(x), len(x), dtype=torch.float32)
-    if k:
-        graph.scatter_(1, distances.topk(k, dim=1, largest=False).indices, 1.0)
-    if self_loops:
-        graph.fill_diagonal_(1.0)
-    return graph
 
 
 def pairwise_row_distances(rows: torch.Tensor) -> torch.Tensor:

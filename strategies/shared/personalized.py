@@ -13,12 +13,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
-from flwr.serverapp.strategy.fedtrimmedavg import trim_mean
 from flwr.serverapp.strategy.strategy_utils import sample_nodes
 
 from strategies.shared.client_matrix import ClientMatrixStorage
@@ -26,6 +24,7 @@ from strategies.shared.messages import CONFIG, EVALUATE, METRICS, PERSONAL, Trai
 from strategies.shared.params import ParameterLayout
 from strategies.shared.phases import ClientKeyed, Replies
 from strategies.shared.reporter import MethodReporter
+from strategies.shared.robust_aggregation import AGGREGATIONS, robust_mean
 
 log = logging.getLogger("flwr.bouquet")
 
@@ -34,25 +33,6 @@ def weighted_mean(rows: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     """Σ_i w_i·rows_i / Σ_i w_i for a [n, P] matrix (the FedAvg rule, eq. (2) of FedAvg)."""
     w = weights.to(rows.dtype)
     return (w / w.sum()) @ rows
-
-
-AGGREGATIONS = ("mean", "median", "trimmed-mean")
-
-
-def robust_mean(rows: torch.Tensor, weights: torch.Tensor, rule: str = "mean",
-                trim_fraction: float = 0.2) -> torch.Tensor:
-    """The global part's aggregate of [n, P] client rows: `mean` = `weighted_mean`; `median` =
-    coordinate-wise median (FedMedian, Yin et al. 2018); `trimmed-mean` = coordinate-wise mean after
-    cutting the `trim_fraction` smallest and largest values (Flower's `trim_mean`, FedTrimmedAvg). The
-    robust rules are unweighted, as Flower's."""
-    if rule == "mean":
-        return weighted_mean(rows, weights)
-    values = rows.numpy()
-    if rule == "median":
-        return torch.from_numpy(np.median(values, axis=0).astype(values.dtype))
-    if rule == "trimmed-mean":
-        return torch.from_numpy(np.asarray(trim_mean(values, trim_fraction), dtype=values.dtype))
-    raise ValueError(f"unknown aggregation {rule!r}; allowed: {', '.join(AGGREGATIONS)}")
 
 
 class PersonalizedStrategy(Strategy, MethodReporter, ClientKeyed):
@@ -64,7 +44,7 @@ class PersonalizedStrategy(Strategy, MethodReporter, ClientKeyed):
 
     def __init__(self, num_clients: int, fraction_train: float, aggregation: str = "mean",
                  trim_fraction: float = 0.2, *, matrix_storage: ClientMatrixStorage | None = None) -> None:
-        """`aggregation` / `trim_fraction`: the rule of the global part (`robust_mean`);
+        """`aggregation` / `trim_fraction`: the rule of the global part (`global_mean`);
         `matrix_storage`: where V (and a subclass's other [N, P] matrices) live, memory or a file
         above a size (the ServerApp passes the run config's; default: in memory up to 4 GiB)."""
         if aggregation not in AGGREGATIONS:
@@ -88,8 +68,11 @@ class PersonalizedStrategy(Strategy, MethodReporter, ClientKeyed):
         return torch.where(self.last_trained >= 0, weights, torch.zeros_like(weights))
 
     def global_mean(self, rows: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-        """The global part's aggregate of this round's client rows under `self.aggregation`."""
-        return robust_mean(rows, weights, self.aggregation, self.trim_fraction)
+        """The global part's aggregate of this round's client rows under `self.aggregation`: the
+        weighted mean, or a robust rule (strategies/shared/robust_aggregation.py)."""
+        if self.aggregation == "mean":
+            return weighted_mean(rows, weights)
+        return robust_mean(rows, self.aggregation, self.trim_fraction)
 
     # --- hooks ------------------------------------------------------------------------------
     def train_content(self, client: int, arrays: ArrayRecord, config: ConfigRecord) -> RecordDict:
@@ -106,18 +89,6 @@ class PersonalizedStrategy(Strategy, MethodReporter, ClientKeyed):
 
     def evaluate_content(self, client: int, arrays: ArrayRecord, config: ConfigRecord) -> RecordDict:
         return RecordDict({PERSONAL: self.personal_arrays(client), CONFIG: config})
-
-    def hands_out_consensus(self) -> bool:
-        """Whether every client now receives the same model, the federation's consensus (a fact
-        cross-cutting callbacks may act on, e.g. asking clients for evidence before they leave it).
-        False: each client receives its own aggregate."""
-        return False
-
-    def consensus_mass(self) -> tuple[int, float, list[int]] | None:
-        """(round, Σ n_j, the clients j) where the consensus handed out is the n-weighted mean of the
-        models those clients trained in that round, so each of them can take its own update out of
-        it; None otherwise."""
-        return None
 
     # --- shared machinery -------------------------------------------------------------------
     def personal_arrays(self, client: int) -> ArrayRecord:

@@ -277,6 +277,31 @@ class TakesClientReports(Protocol):
     def take_reports(self, reports: ClientReports) -> None: ...
 
 
+def true_structure(partition: Any, labels: np.ndarray | None = None) -> tuple[np.ndarray, str] | None:
+    """The ground truth a learned client graph is scored against, [K, K] in [0, 1], and its name.
+
+    `true-clusters`: 1 for two clients of the same true cluster (label-clusters, domains: the
+    partition's `cluster_ids`). Otherwise `label-similarity`: the cosine similarity of two clients'
+    train-label histograms (needs the source `labels`), which stays informative where every pair
+    shares some label (Dirichlet) and a binary label-sharing graph would be complete. Without
+    either: `label-sharing`, the partition's binary label graph. None when nothing is known."""
+    if partition is None:
+        return None
+    clusters = getattr(partition, "cluster_ids", None)
+    if clusters is not None:
+        clusters = np.asarray(clusters)
+        return (clusters[:, None] == clusters[None, :]).astype(np.float64), "true-clusters"
+    if labels is not None:
+        labels = np.asarray(labels)
+        classes = int(labels.max()) + 1 if labels.size else 1
+        hist = np.stack([np.bincount(labels[idx], minlength=classes) for idx in
+                         partition.train_indices]).astype(np.float64)
+        norms = np.linalg.norm(hist, axis=1, keepdims=True)
+        unit = hist / np.where(norms > 0, norms, 1.0)
+        return np.clip(unit @ unit.T, 0.0, 1.0), "label-similarity"
+    return np.asarray(partition.label_graph, dtype=np.float64), "label-sharing"
+
+
 def structure_truth(cfg: RunConfig) -> tuple[np.ndarray, str] | None:
     """The true client structure of the run's partition, rebuilt from the data set, for offline
     analysis that holds the whole data set (benchmarks); the ServerApp never calls it (its truth is
@@ -284,7 +309,6 @@ def structure_truth(cfg: RunConfig) -> tuple[np.ndarray, str] | None:
     else the clients' label-histogram similarity; None when the data set is not available."""
     from datasets.federated import load_partition
     from datasets.sources import DataNotFoundError, dataset_task
-    from strategies.shared.graph import true_structure
 
     try:
         source, partition = load_partition(cfg.data_spec)
