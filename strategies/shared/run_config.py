@@ -36,12 +36,25 @@ from strategies.shared.settings import (
     MethodSettings,
     Settings,
     allowed_keys,
-    describe,
     kebab,
 )
 
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"  # the app's defaults
 _CHOICES = {"dataset": SOURCE_NAMES, "partition": PARTITION_SCHEMES, "model": MODEL_NAMES}
+
+
+def describe(err: ValidationError, given: Mapping[str, Any], prefix: str = "") -> str:
+    """Pydantic's first error as: run config: key 'k' = v is invalid: <what is allowed>."""
+    first = err.errors()[0]
+    loc = [str(part) for part in first["loc"]]
+    key = prefix + ".".join(loc) if loc else "(config)"
+    if not loc:
+        return f"run config: {first['msg'].removeprefix('Value error, ')}"
+    value: Any = given
+    for part in loc:
+        value = value.get(part) if isinstance(value, Mapping) else None
+    message = first["msg"].removeprefix("Value error, ")
+    return f"run config: key '{key}' = {value!r} is invalid: {message}"
 
 
 class RunConfig(Settings):

@@ -3,14 +3,12 @@ ConfigRecord/MetricRecord schema base."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
 
 from flwr.app import ConfigRecord, MetricRecord
 from pydantic import (
     BaseModel,
     ConfigDict,
-    ValidationError,
     ValidationInfo,
     field_validator,
 )
@@ -62,20 +60,6 @@ class GraphFileRule(MethodSettings):
 
 def allowed_keys(model: type[BaseModel]) -> list[str]:
     return [field.alias or name for name, field in model.model_fields.items()]
-
-
-def describe(err: ValidationError, given: Mapping[str, Any], prefix: str = "") -> str:
-    """Pydantic's first error as: run config: key 'k' = v is invalid: <what is allowed>."""
-    first = err.errors()[0]
-    loc = [str(part) for part in first["loc"]]
-    key = prefix + ".".join(loc) if loc else "(config)"
-    if not loc:
-        return f"run config: {first['msg'].removeprefix('Value error, ')}"
-    value: Any = given
-    for part in loc:
-        value = value.get(part) if isinstance(value, Mapping) else None
-    message = first["msg"].removeprefix("Value error, ")
-    return f"run config: key '{key}' = {value!r} is invalid: {message}"
 
 
 Contract = TypeVar("Contract", bound="Record")
