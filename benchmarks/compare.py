@@ -106,6 +106,8 @@ def compare(
     runs_dir: str | Path | None = None,
     command: str | None = None,
     placement: Placement | None = None,
+    earlier: dict[str, Any] | None = None,
+    order: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
     """Run every method with the same `overrides`; write `<results_dir>/<name>.{md,png,json}`.
 
@@ -136,6 +138,7 @@ def compare(
                                     "method": methods[0]}).flat()
     for key in PER_METHOD_KEYS:
         common.pop(key, None)
+    report_summaries = summaries
     meta = {
         "name": name,
         "command": command,
@@ -148,18 +151,57 @@ def compare(
         "settings": common,
         "runs-dir": str(runs_dir),
     }
+    if earlier is not None:
+        meta, summaries = merged(earlier, meta, summaries, order)
     results_dir.mkdir(parents=True, exist_ok=True)
     (results_dir / f"{name}.json").write_text(
         json.dumps({**meta, "summaries": summaries}, indent=2, default=str))
     (results_dir / f"{name}.md").write_text(markdown(meta, summaries))
     plot(summaries, results_dir / f"{name}.png", title=name)
     report = write_comparison_report(
-        runs_dir / "report.html", name, command, columns_for(summaries),
-        [table_row(summary) for summary in summaries], results_dir / f"{name}.png",
+        runs_dir / "report.html", name, command, columns_for(report_summaries),
+        [table_row(summary) for summary in report_summaries], results_dir / f"{name}.png",
         {method: runs_dir / method / "report.html" for method in methods},
         notes=f"Results table: {results_dir / name}.md")
     log.info("compare %s: report %s", name, report)
     return summaries
+
+
+PART_KEYS = ("methods", "command", "date", "code", "machine", "runs-dir")
+
+
+def same_run(earlier: dict[str, Any], overrides: dict[str, Any], nodes: int | None) -> None:
+    """ValueError naming the keys unless the `earlier` results file ran `overrides` on `nodes`."""
+    ran = earlier.get("overrides", {})
+    differ = sorted(k for k in set(ran) | set(overrides) if ran.get(k) != overrides.get(k))
+    if differ or earlier.get("nodes") != nodes:
+        shown = [f"{k} = {ran.get(k)!r} (now {overrides.get(k)!r})" for k in differ]
+        if earlier.get("nodes") != nodes:
+            shown.append(f"nodes = {earlier.get('nodes')!r} (now {nodes!r})")
+        raise ValueError(f"results {earlier.get('name')!r}: the file ran other settings "
+                         f"({', '.join(shown)}); run the whole cell, or write elsewhere with --results-dir")
+
+
+def merged(earlier: dict[str, Any], meta: dict[str, Any], summaries: list[dict[str, Any]],
+           order: Sequence[str] = ()) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A comparison of more methods than one command ran: the `earlier` results file's methods that
+    this run (`meta`, `summaries`) did not re-run, kept, then this run's, in `order` (the cell's
+    methods). Each method runs on its own with the same settings, so the file holds what one command
+    over all of them would; `parts` records each command's methods, date, code and machine, and
+    `command` chains the commands (` && `). ValueError naming the key unless both ran the same
+    settings on the same nodes."""
+    same_run(earlier, meta["overrides"], meta["nodes"])
+    ran = {s["method"] for s in summaries}
+    parts = [p for p in earlier.get("parts") or [{k: earlier.get(k) for k in PART_KEYS}]
+             if set(p["methods"]) - ran]
+    parts = [{**p, "methods": [m for m in p["methods"] if m not in ran]} for p in parts]
+    parts.append({k: meta.get(k) for k in PART_KEYS})
+    kept = [s for s in earlier["summaries"] if s["method"] not in ran]
+    rank = {m: i for i, m in enumerate(order)}
+    everything = sorted(kept + summaries, key=lambda s: rank.get(s["method"], len(rank)))
+    meta = {**meta, "methods": [s["method"] for s in everything],
+            "command": " && ".join(p["command"] for p in parts), "parts": parts}
+    return meta, everything
 
 
 def run_method(method: str, *, overrides: dict[str, Any], name: str, runs_dir: Path,
@@ -368,20 +410,29 @@ def _main_grid(parser: Any, args: Any, argv: Sequence[str]) -> int:
             if unknown:
                 raise ValueError(f"--seeds {unknown} not in the config's seeds {grid.get('seeds', [0])}")
             grid = {**grid, "seeds": seeds}
-        runs = grid_runs(grid, args.name or Path(args.config).stem, overrides, cells)
+        grid_stem = args.name or Path(args.config).stem
+        runs = grid_runs(grid, grid_stem, overrides, cells)
         if args.methods:  # a subset of the table's methods
             keep = [m.strip() for m in args.methods.split(",") if m.strip()]
             runs = [(name, [m for m in methods if m in keep], settings) for name, methods, settings in runs]
-        for _, methods, settings in runs:
+        for name, methods, settings in runs:
             _check(methods, settings)
+            existing = Path(args.results_dir) / f"{name}.json"
+            if args.methods and existing.is_file():  # checked before any run: they add to it
+                same_run(json.loads(existing.read_text()), settings, args.nodes)
         placement = placement_from(args)
     except ValueError as err:
         parser.error(str(err))
     for name, methods, settings in runs:
+        # a subset of a cell's methods adds to (or replaces those methods in) its results file
+        existing = Path(args.results_dir) / f"{name}.json"
+        earlier = json.loads(existing.read_text()) if args.methods and existing.is_file() else None
+        order = [m for cell in grid["cells"] if name.startswith(f"{grid_stem}-{cell['name']}-seed")
+                 for m in cell.get("methods", grid["methods"])]
         summaries = compare(methods, settings, name, args.nodes, results_dir=args.results_dir,
                             runs_dir=None if args.runs_dir is None else Path(args.runs_dir) / name,
                             command="python -m benchmarks.compare " + shlex.join(argv),
-                            placement=placement)
+                            placement=placement, earlier=earlier, order=order)
         print(f"## {name}")
         print("\n".join(summary_table(summaries)))
         print(f"written: {Path(args.results_dir) / name}.md/.png/.json")
