@@ -75,3 +75,176 @@ def test_opacus_per_example_gradients_of_a_fedcg_model_are_autograds_one_example
         want = torch.stack([e[name] if name in e else torch.zeros_like(p) for e in expected])
         torch.testing.assert_close(p.grad_sample, want, atol=1e-6, rtol=1e-4, msg=name)
     wrapped._close()
+
+
+def test_dp_sgd_on_a_fedcg_model_is_sgd_plus_gaussian_noise_on_every_parameter():
+    """DP-SGD of a FedCG model at sampling rate 1 with no clipping to speak of: without noise, one
+    step is plain SGD's on the batch (the per-example gradients sum to the batch's); with noise σ,
+    every parameter the client sends (θ_a, V, the GCN weights, λ, the backbone) moves by lr times
+    Gaussian noise of std σ·C / n more."""
+    from client_app.methods.fedcg import DomainInput
+    from client_app.methods.fedcg_privacy import recording
+    from client_app.privacy import dp_train_epochs
+    from client_app.training import train_epochs
+    from strategies.shared.privacy import PrivacyInstructions
+
+    x = torch.randn(12, 1, 12, 12)
+    y = torch.randint(0, 5, (12,))
+    domains = torch.tensor([0, 1, 2] * 4)
+    common = dict(epochs=1, batch_size=12, lr=0.1, momentum=0.0)
+    plain = _model()
+    train_epochs(DomainInput(plain, x, domains), torch.arange(12), y,
+                 generator=torch.Generator().manual_seed(1), **common)
+    trained = {}
+    for sigma in (1e-12, 1e-3):
+        model = _model()
+        ins = PrivacyInstructions(noise_multiplier=sigma, max_grad_norm=1e3, delta=1e-3)
+        spent = []
+        with recording(model):
+            dp_train_epochs(DomainInput(model, x, domains), torch.arange(12), y, ins=ins, prior=[],
+                            spent=spent, generator=torch.Generator().manual_seed(1), **common)
+        assert spent == [(sigma, 1.0, 1)]
+        trained[sigma] = dict(model.named_parameters())
+    for name, p in plain.named_parameters():
+        torch.testing.assert_close(trained[1e-12][name], p, atol=2e-6, rtol=1e-4, msg=name)
+    moved = torch.cat([(trained[1e-3][n] - trained[1e-12][n]).detach().ravel() / 0.1
+                       for n, _ in plain.named_parameters()])
+    assert float(moved.std()) == pytest.approx(1e-3 * 1e3 / 12, rel=0.05)
+    for name in ("features.0.V", "features.0.W1", "features.3.W2", "features.3.lambda",
+                 "features.3.agnostic.weight"):  # the branches, the GCN and θ_a are noised too
+        assert not torch.equal(trained[1e-3][name], trained[1e-12][name]), name
+
+
+def _counting(seen: dict[int, int], noise: list[float]):
+    """The `dp-upload` layer, wrapped: counts the records it noised per client and keeps the noise
+    it added to each value (the value sent − the clipped plain value)."""
+    from client_app.private_upload import around
+
+    def counting(handler, message, context):
+        plain = {}
+
+        def keep(m, c):
+            reply = handler(m, c)
+            plain.update({name: {k: reply.content[name][k].numpy().copy()
+                                 for k in reply.content[name].keys()}
+                          for name in UploadInstructions.read(m.content[DP_UPLOAD]).records
+                          if name in reply.content and isinstance(reply.content[name], ArrayRecord)})
+            return reply
+
+        reply = around(keep, message, context)
+        ins = UploadInstructions.read(message.content[DP_UPLOAD])
+        client = ClientAddress.read(message.content[CLIENT]).client_id
+        for name, values in plain.items():
+            seen[client] = seen.get(client, 0) + 1
+            norm = math.sqrt(sum(float(np.square(v.astype(np.float64)).sum())
+                                 for v in values.values()))
+            scale = clip_scale(norm, ins.clip_norm)
+            for key, value in values.items():
+                sent = reply.content[name][key].numpy().astype(np.float64)
+                noise.extend((sent - value.astype(np.float64) * scale).ravel().tolist())
+        return reply
+
+    return counting
+
+
+def _expected_epsilon(n: int, rounds: int, uploads: int) -> float:
+    """Opacus' RDP of a FedCG client's schedule, from its train size alone: each round the model's
+    and the student's DP-SGD (Poisson rate 1/⌈n/B⌉, ⌈n/B⌉ steps an epoch), and each noised balance
+    reply a Gaussian mechanism at σ_u/2 (sensitivity 2·C_u to one example), RDP added per order."""
+    from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent
+
+    per_epoch = math.ceil(n / RUN["batch-size"])
+    rdp = 2 * compute_rdp(q=1.0 / per_epoch, noise_multiplier=RUN["dp-noise-multiplier"],
+                          steps=per_epoch * RUN["local-epochs"] * rounds, orders=ORDERS)
+    rdp = rdp + compute_rdp(q=1.0, noise_multiplier=RUN["dp-upload-noise-multiplier"] / 2,
+                            steps=uploads, orders=ORDERS)
+    return get_privacy_spent(orders=ORDERS, rdp=rdp, delta=RUN["dp-delta"])[0]
+
+
+def _rounds(directory) -> list[dict]:
+    return [json.loads(line) for line in (directory / "rounds.jsonl").read_text().splitlines()]
+
+
+def test_fedcg_under_sample_dp_reports_opacus_epsilon_of_its_schedule_and_noises_its_uploads(
+        tmp_path, monkeypatch):
+    """Two rounds, a new teacher each (so one balance query each): every round's ε per client is
+    Opacus' RDP of 2 DP-SGD trainings a round plus one noised balance reply a round, computed here
+    from the partition; the balance statistics left with noise of std σ_u·C_u = 6, the train
+    replies without any count, and the noised statistics still gave a labelling."""
+    from client_app import layers
+    from datasets.federated import load_partition
+
+    seen: dict[int, int] = {}
+    noise: list[float] = []
+    layers._wrapper("client_app.private_upload:around")
+    monkeypatch.setitem(layers._WRAPPERS, "client_app.private_upload:around",
+                        _counting(seen, noise))
+    summary = simulate_run(tmp_path, "s")
+    rows = [r for r in _rounds(tmp_path / "s") if r["round"] > 0]
+    assert [r["clients-trained"] for r in rows] == [4, 4]
+    assert seen == {c: 2 for c in range(4)} and summary["privacy"]["uploads"] == 8
+    cfg = RunConfig.from_flower({**default_run_config(), **RUN})
+    _, partition = load_partition(cfg.data_spec)  # the partition the run used
+    for rounds, row in enumerate(rows, start=1):
+        for client, indices in enumerate(partition.train_indices):
+            assert row["privacy"]["epsilon-per-client"][client] == pytest.approx(
+                _expected_epsilon(len(indices), rounds, uploads=rounds), rel=1e-9)
+        assert "domain-histogram" not in row["fedcg"] and "student-agreement" not in row["fedcg"]
+        assert row["fedcg"]["balance"]["teacher-version"] == rounds - 1
+    written = json.loads((tmp_path / "s" / "summary.json").read_text())["privacy"]
+    assert written["mode"] == "sample" and written["epsilon-max"] == pytest.approx(
+        max(rows[-1]["privacy"]["epsilon-per-client"]))
+    # per reply: logit sums and squares / n (2 + 2 values) and 4 logit rows of 2 (8 values)
+    assert len(noise) == 8 * 12 and np.std(noise) == pytest.approx(6.0, rel=0.2)
+
+
+def simulate_run(tmp_path, name: str, **overrides):
+    from server_app.harness.simulate import simulate
+
+    return simulate({**RUN, **overrides, "output-dir": str(tmp_path), "run-name": name})
+
+
+def test_a_target_epsilon_stops_fedcgs_dp_sgd_and_the_balance_queries_it_cannot_afford(tmp_path):
+    """With a target between round 1's ε and what round 2 would cost: round 2's balance query goes
+    to no client (its reply and a round of DP-SGD would pass the target), every client stops its
+    DP-SGD at the target, and no client's ε ever exceeds it."""
+    from datasets.federated import load_partition
+
+    cfg = RunConfig.from_flower({**default_run_config(), **RUN})
+    _, partition = load_partition(cfg.data_spec)
+    sizes = [len(i) for i in partition.train_indices]
+    first = max(_expected_epsilon(n, 1, 1) for n in sizes)
+    second = min(_expected_epsilon(n, 2, 2) for n in sizes)
+    target = round(first + 0.3 * (second - first), 3)
+    assert first < target < _expected_epsilon(min(sizes), 2, 1)  # round 2 costs more than is left
+    summary = simulate_run(tmp_path, "t", **{"dp-target-epsilon": target})
+    rows = [r for r in _rounds(tmp_path / "t") if r["round"] > 0]
+    assert rows[0]["privacy"]["stopped-clients"] == 0 and rows[0]["privacy"]["uploads"] == 4
+    assert rows[1]["privacy"]["stopped-clients"] == 4 and rows[1]["privacy"]["uploads"] == 4
+    for row in rows:
+        assert max(row["privacy"]["epsilon-per-client"]) <= target
+    assert summary["privacy"]["stopped-clients"] == [0, 1, 2, 3]
+    assert summary["privacy"]["epsilon-max"] <= target
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"dp": "client"}, "method 'fedcg' is not one of them (its clients send"),
+    ({"dp": "sample", "fedcg.clustering": "kmeans"},
+     "dp = 'sample' with fedcg.clustering = 'kmeans'"),
+])
+def test_fedcg_refuses_what_dp_does_not_cover_in_one_line_before_any_client(overrides, message):
+    from strategies.shared.settings import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        RunConfig.from_flower({**default_run_config(), **RUN, **overrides})
+    assert message in str(err.value) and "\n" not in str(err.value)
+    if overrides["dp"] == "client":  # the allowed values: the methods that support the mode
+        assert "dp = 'client' is supported by methods fedavg" in str(err.value)
+
+
+def test_fedcg_declares_sample_dp():
+    from strategies.shared import registry
+
+    assert registry.METHODS["fedcg"].privacy == ("sample",)
+    cfg = RunConfig.from_flower({**default_run_config(), **RUN})  # accepted as it is
+    assert cfg.dp == "sample" and cfg.method == "fedcg"

@@ -248,8 +248,8 @@ METHODS = (Method("fedcg", "strategies.methods.fedcg.server:build", "fedcg", Fed
     "train.fedcg": "client_app.methods.fedcg:train", "evaluate.fedcg": "client_app.methods.fedcg:evaluate",
     "query.fedcg_balance": "client_app.methods.fedcg:balance_statistics"},
            privacy=("sample",),
-           privacy_refused=("client-level DP is not built for it: its server averages the model and the student "
-                            "together and swaps the teacher for the student, which the one-average layer does not "
-                            "clip, noise or account, and its balance statistics would need the per-client "
-                            "accountant; dp='sample' covers it"),
+           privacy_refused=("its clients send, besides the model and the student, balance statistics that only a "
+                            "per-client accountant could charge, and its server averages the model and the student "
+                            "together and makes the student the teacher, which the one-average client-level layer "
+                            "neither clips, noises nor accounts for; dp='sample' covers FedCG"),
            summary="FedCG: teacher/student domain clustering + GCN-connected domain-specific residual branches"),)
