@@ -16,6 +16,7 @@ before the studies moved here). The experiments that are re-run are configs of t
 - `flt_structure`: Does the thresholded graph's contrast tell data with client groups from data without, across partitions, client counts and seeds?
 - `flt_thresholds`: Which threshold rule gives FLT a client graph whose edges stay inside the true groups?
 - `flwr_run_speed`: How does Bouquet's fedavg under `flwr run` compare with Flower's minimal app in the same simulation, and with the same job in process?
+- `privacy_accountant`: How much of a DP-SGD round is the accountant's ε, and how much does caching it save?
 - `ray_workers`: Do Ray workers shorten the suite's and compare's wall time while giving the same numbers, bit for bit?
 - `server_memory`: How much server memory does SFL need as the clients grow, in memory and memory-mapped?
 - `sfl_reading`: How many lines must one read to follow SFL end to end, and how large a share of them is SFL's own?
