@@ -564,8 +564,18 @@ def untuned(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
                       fmt(m.get("fedavg")), fmt(m.get("fedavg+FT")), fmt(m.get("local")),
                       fmt(m.get("flt")), "—" if d is None else f"{d:+.2f}", decision,
                       "—" if p is None else f"{p:.3f}", _earlier_rule(flt)])
-    lines += markdown_table(["setting", "partition", "structure", "seed", "FedAvg", "FedAvg+FT",
-                             "Local", "FLT", "Δ", "decision", "p", "0.3 rule"], "lllrrrrrrlrl",
-                            table)
+    header, align = ["setting", "partition", "structure", "seed", "FedAvg", "FedAvg+FT", "Local",
+                     "FLT", "Δ", "decision", "p", "0.3 rule"], "lllrrrrrrlrl"
+    if any("flt-local" in r for r in rows):  # the safeguard's purely local candidate, last round
+        lines[-1:-1] = ["Local candidate (client_app/local_candidate.py), at the last evaluation: "
+                        "the clients that answered with it, the pooled held-out evidence for it in "
+                        "standard errors, and its mean test accuracy (— where no client kept one)."]
+        header, align = header + ["answered local", "evidence", "local cand."], align + "rrr"
+        for row, r in zip(table, rows):
+            c = r.get("flt-local") or {}
+            row += ["—" if c.get("answered") is None else str(c["answered"]),
+                    "—" if c.get("evidence") is None else f"{c['evidence']:+.2f}",
+                    "—" if c.get("accuracy") is None else f"{c['accuracy']:.2f}"]
+    lines += markdown_table(header, align, table)
     lines += ["", *meta.get("notes", [])]
     return "\n".join(lines).rstrip() + "\n"
