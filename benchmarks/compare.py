@@ -237,11 +237,7 @@ def _curve_point(record: dict[str, Any]) -> dict[str, Any]:
                        ("safeguard-own", record.get("safeguard-own")),
                        ("safeguard-finetuned", record.get("safeguard-finetuned")),
                        ("safeguard-weight", record.get("safeguard-weight")),
-                       ("safeguard-start", record.get("safeguard-start")),
-                       # clients answering with their purely local model, and the pooled evidence
-                       ("safeguard-local", record.get("safeguard-local")),
-                       ("safeguard-local-evidence", record.get("safeguard-local-evidence")),
-                       ("safeguard-local-accuracy", record.get("safeguard-local-accuracy"))):
+                       ("safeguard-start", record.get("safeguard-start"))):
         if value is not None:
             point[key] = value
     return point

@@ -346,8 +346,6 @@ class SafeguardLayer(Layer):
 
     def trained(self, rt: ClientRuntime, ins, model: torch.nn.Module) -> int:
         self.reply = keep_trained(rt, self.context, model, ins, self.guard)
-        from client_app import local_candidate  # the purely local candidate (its module doc)
-        local_candidate.train_local(rt, self.context, ins, self.guard)
         return train_on_slice(rt, self.context, model, ins, self.guard)
 
 
@@ -383,9 +381,6 @@ def evaluate(message: Message, context: Context, guard: SafeguardInstructions) -
         report["finetuned"] = float(finetuned)
         used = tuned if finetuned else used
         keep_own(context, rt.client_id, model)  # the client's newest own model
-    from client_app import local_candidate  # the purely local candidate (its module doc)
-    answered = model if ins.finetune_epochs == 0 or report["finetuned"] else personal
-    used = local_candidate.answer(rt, context, ins, guard, answered, used, report)
     reply = evaluate_reply(message, used, fields)
     reply.content[SAFEGUARD] = SafeguardEvaluateReply(**report).config()
     return reply

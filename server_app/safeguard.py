@@ -24,7 +24,6 @@ from flwr.app import ConfigRecord
 from server_app.callbacks import Replies, RunCallback
 from strategies.shared.evidence import (SAFEGUARD, SafeguardEvaluateReply, SafeguardInstructions,
                                         SafeguardTrainReply, StartEvidence, federation_weight, grid)
-from strategies.shared.local_evidence import LocalEvidence
 from strategies.shared.registry import METHODS
 from strategies.shared.run_config import RunConfig
 
@@ -58,8 +57,6 @@ class Safeguard(RunCallback):
         # where sampled clients train from, and the held-out gains of their own models over the
         # models they trained from the consensus, pooled since the start, with their squares
         self.start = StartEvidence(cfg.safeguard_start)
-        # the clients' held-out evidence on their purely local models (client_app/local_candidate.py)
-        self.local = LocalEvidence()
 
     def consensus(self) -> bool:
         """Whether the strategy hands every client the federation's consensus, with a margin: the
@@ -80,8 +77,6 @@ class Safeguard(RunCallback):
                 fields["weight"] = self.weight
             if self.start.from_consensus:
                 fields["train_consensus"] = True
-            if self.local.favoured:
-                fields["local"] = True
             if cfg.safeguard_send_slice:
                 fields["send_slice"] = True
                 mass = self.run.strategy.consensus_mass()
@@ -131,14 +126,6 @@ class Safeguard(RunCallback):
             fields["safeguard-finetuned"] = int(sum(tuned))
         if self.pool(rows):
             fields["safeguard-weight"] = self.weight
-        local = [(r.local_gain, r.local_square, r.local or 0.0) for r in rows
-                 if r.local_gain is not None and r.local_square is not None]
-        if self.local.pool(local, self.cfg.safeguard_margin):
-            fields["safeguard-local"] = self.local.answered
-            fields["safeguard-local-evidence"] = self.local.statistic
-        tested = [r.local_accuracy for r in rows if r.local_accuracy is not None]
-        if tested:  # what the local models score on the test splits, answered or not
-            fields["safeguard-local-accuracy"] = 100.0 * float(np.mean(tested))  # %, client mean
         return fields
 
     def pool(self, rows: list[SafeguardEvaluateReply]) -> bool:
@@ -155,8 +142,7 @@ class Safeguard(RunCallback):
         return True
 
     def state(self) -> dict[str, Any]:
-        return {"weight": self.weight, "start": self.start, "local": self.local}
+        return {"weight": self.weight, "start": self.start}
 
     def restore(self, state: dict[str, Any]) -> None:
         self.weight, self.start = state["weight"], state["start"]
-        self.local = state.get("local", LocalEvidence())  # a checkpoint from before the candidate

@@ -139,16 +139,6 @@ def flt_decision(summary: dict[str, Any]) -> dict[str, Any]:
     return {k: flt.get(k) for k in keys if k in flt}
 
 
-def local_candidate(summary: dict[str, Any]) -> dict[str, Any]:
-    """The safeguard's purely local candidate at the last evaluation (client_app/local_candidate.py):
-    how many clients answered with it, the pooled held-out evidence for it (standard errors) and
-    its mean test accuracy; {} where no client had one."""
-    last = (summary.get("curve") or [{}])[-1]
-    keys = {"answered": "safeguard-local", "evidence": "safeguard-local-evidence",
-            "accuracy": "safeguard-local-accuracy"}
-    return {k: last[key] for k, key in keys.items() if last.get(key) is not None}
-
-
 def run(settings: list[dict[str, Any]], common: dict[str, Any], methods: list[str],
         workdir: Path) -> list[dict[str, Any]]:
     from benchmarks.compare import compare
@@ -165,9 +155,6 @@ def run(settings: list[dict[str, Any]], common: dict[str, Any], methods: list[st
             row["means"].update(means(summary))
             if summary["method"] == "flt":
                 row["flt"] = flt_decision(summary)
-                local = local_candidate(summary)
-                if local:
-                    row["flt-local"] = local
         rows.append(row)
         print(s["name"], row["means"], row.get("flt"), f"{row['seconds']:.0f} s", flush=True)
     return rows

@@ -50,10 +50,6 @@ class SafeguardInstructions(Record):
     consensus_round: int | None = Field(None, ge=1)
     consensus_examples: float | None = Field(None, gt=0.0)
     consensus_clients: list[int] | None = None
-    # where the client keeps a purely local model (client_app/local_candidate.py): true while the
-    # federation's pooled held-out evidence favours it, so it is the reference a client leaves only
-    # on its own clear evidence
-    local: bool | None = None
 
 
 class SafeguardTrainReply(Record):
@@ -74,12 +70,6 @@ class SafeguardEvaluateReply(Record):
     finetuned: float | None = Field(None, ge=0.0, le=1.0)
     gains: list[float] | None = None
     squares: list[float] | None = None
-    # with a local model (client_app/local_candidate.py): 1 where the client answered with it, and
-    # its summed held-out gains over the other answer, and their squares, and its test accuracy
-    local: float | None = Field(None, ge=0.0, le=1.0)
-    local_gain: float | None = None
-    local_square: float | None = Field(None, ge=0.0)
-    local_accuracy: float | None = Field(None, ge=0.0, le=1.0)  # its test accuracy (a fraction)
 
 
 def grid(points: int) -> list[float]:

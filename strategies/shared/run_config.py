@@ -123,11 +123,6 @@ class RunConfig(Settings):
     # mix; `federation`, the consensus until the clients' own models are clearly better (pooled
     # since the start) than the models trained from it, then the mix for the rest of the run
     safeguard_start: Literal["federation", "consensus", "mix"] = "federation"
-    # a purely local model per client (trained on its own data only, never from what it received),
-    # which a client answers with where its held-out slice prefers it (client_app/local_candidate.py):
-    # `consensus`, only where a method hands every client the consensus (with safeguard-margin > 0);
-    # `all`, every client of a method with the safeguard on; `off`, never
-    safeguard_local: Literal["consensus", "all", "off"] = "consensus"
     # differential privacy (docs/privacy.md): `sample`, DP-SGD in every client's local training
     # (per-example clipping and Gaussian noise); `client`, each client's update clipped and Gaussian
     # noise on each aggregate the server forms; `off`, none
