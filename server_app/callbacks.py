@@ -6,7 +6,8 @@ order; each hook is a no-op unless a callback overrides it. Callbacks come as a 
 
 A callback sees the run through `RunView` (given once, `attach`): its config, its folder, the current
 strategy and the ground truth the clients reported, never the runner. Hooks, in the order of a round:
-`request_records` (records added to every train / evaluate request), `train_replies` and
+`request_records` (records added to every train / evaluate request), `step_records` (records added to
+every train request, asked for after the method's own step before training), `train_replies` and
 `evaluate_replies` (round-record fields read from the good replies), `round_fields` (fields merged into
 the round's record while its state is current), `bytes_exchanged` (the bytes of a phase),
 `completing_round` (turn what was measured into record fields), `round_recorded` (after the rounds.jsonl
@@ -99,6 +100,12 @@ class RunCallback:
 
     def request_records(self, kind: str, server_round: int) -> Mapping[str, ConfigRecord]:
         """Records to add to every `kind` ("train" / "evaluate") request of `server_round`."""
+        return {}
+
+    def step_records(self, kind: str, server_round: int) -> Mapping[str, ConfigRecord]:
+        """Records to add to every `kind` ("train") request of `server_round`, asked for after the
+        method's own step before the phase (records that depend on what that step exchanged, such
+        as a privacy ledger its phases charged)."""
         return {}
 
     def train_replies(self, server_round: int, replies: Replies) -> dict[str, Any]:

@@ -45,13 +45,22 @@ class Privacy(RunCallback):
         return epsilon(self.ledger.get(client, []), self.cfg.dp_delta)
 
     def instructions(self) -> PrivacyInstructions:
+        """The DP-SGD settings and each client's ledger: its entries, and those the strategy's
+        UploadLedger charged and the ledger has not taken yet (an upload or phase of this round's
+        step before training, e.g. FLT's autoencoder and centroids), so a client's target covers them."""
         cfg = self.cfg
+        ledger, uploads = self.ledger, self.uploads()
+        if uploads is not None:
+            ledger = {client: [*ledger.get(client, []), *uploads.pending_entries(client)]
+                      for client in sorted({*ledger, *uploads.pending, *uploads.steps})}
         return PrivacyInstructions(noise_multiplier=cfg.dp_noise_multiplier,
                                    max_grad_norm=cfg.dp_max_grad_norm, delta=cfg.dp_delta,
                                    target_epsilon=cfg.dp_target_epsilon,
-                                   **ledger_fields(self.ledger))
+                                   **ledger_fields(ledger))
 
-    def request_records(self, kind: str, server_round: int) -> Mapping[str, ConfigRecord]:
+    def step_records(self, kind: str, server_round: int) -> Mapping[str, ConfigRecord]:
+        """The train requests' `privacy` record, made after the method's step before training (which
+        may charge uploads and phase steps to the ledger)."""
         if self.cfg.dp != "sample" or kind != "train":
             return {}
         return {PRIVACY: self.instructions().config()}
@@ -70,12 +79,13 @@ class Privacy(RunCallback):
             self.ledger[client] = merged([*self.ledger.get(client, []), *report.entries()])
             if sum(report.steps) < report.planned_steps:
                 stopped.append(client)
-                if client not in self.stopped:
-                    log.info("round %d: client %d reached dp-target-epsilon = %g (ε = %.3f); it "
-                             "trains no more", server_round, client, cfg.dp_target_epsilon,
-                             self.client_epsilon(client))
-        self.stopped.update(stopped)
         self.take_uploads()
+        for client in stopped:
+            if client not in self.stopped:
+                log.info("round %d: client %d reached dp-target-epsilon = %g (ε = %.3f); it "
+                         "trains no more", server_round, client, cfg.dp_target_epsilon,
+                         self.client_epsilon(client))
+        self.stopped.update(stopped)
         return self.sample_fields()
 
     def uploads(self) -> Any:
@@ -90,6 +100,7 @@ class Privacy(RunCallback):
             return
         for client, entries in uploads.take().items():
             self.ledger[client] = merged([*self.ledger.get(client, []), *entries])
+        uploads.record_ledger(self.ledger)  # the target's view of every client's spending
 
     def sample_fields(self) -> dict[str, Any]:
         cfg = self.cfg
@@ -107,6 +118,8 @@ class Privacy(RunCallback):
             self.take_uploads()  # the uploads of the round's later phases (e.g. split learning)
             fields = self.sample_fields()
             fields["privacy"]["uploads"] = self.uploads().uploads
+            if self.cfg.dp_target_epsilon > 0:  # clients the target keeps from releasing more
+                fields["privacy"]["withheld-clients"] = len(self.uploads().withheld or ())
             return fields
         if self.cfg.dp != "client":
             return {}
@@ -139,6 +152,8 @@ class Privacy(RunCallback):
             if self.uploads() is not None:
                 fields.update({"uploads": self.uploads().uploads,
                                "upload-noise-multiplier": cfg.dp_upload_noise_multiplier})
+                if cfg.dp_target_epsilon > 0:
+                    fields["withheld-clients"] = sorted(self.uploads().withheld or ())
             for client in summary.get("clients", []):
                 client["epsilon"] = per_client.get(client["client-id"], 0.0)
         summary["privacy"] = fields

@@ -348,6 +348,8 @@ class FederationRunner:
         config = self.train_config(server_round).config()
         records = self.request_records("train", server_round)
         self.method_step("before_train", server_round, arrays, config)
+        for callback in self.callbacks:  # records that depend on what before_train exchanged
+            records.update(callback.step_records("train", server_round))
         with self.sampling_draws():
             configured = list(self.strategy.configure_train(server_round, arrays, config,
                                                             self.train_clients))

@@ -216,16 +216,9 @@ def test_the_autoencoder_phase_runs_dp_sgd_with_adam_and_reports_its_steps():
                         optimizer="rmsprop", ins=ins, prior=[], spent=[])
 
 
-def test_ifca_fedska_and_flt_take_sample_dp_and_a_target_is_refused_where_uploads_are_noised():
+def test_ifca_fedska_and_flt_take_sample_dp():
+    """(A target ε with FLT and FedSKA, which covers their noised uploads too, is
+    tests/test_privacy_target.py's.)"""
     for method in ("ifca", "fedska"):
         assert RunConfig.from_flower({**default_run_config(), **RUN, "method": method}).dp == "sample"
     assert RunConfig.from_flower({**default_run_config(), **FLT_RUN}).dp == "sample"
-    from strategies.methods.fedska.server import build_fedska
-    from strategies.methods.flt.server import build_flt
-    from strategies.shared.settings import ConfigError
-
-    with pytest.raises(ConfigError, match="dp-target-epsilon"):
-        build_fedska(RunConfig.from_flower({**default_run_config(), **RUN, "dp-target-epsilon": 5.0}))
-    with pytest.raises(ConfigError, match="dp-target-epsilon.*noised centroids"):
-        build_flt(RunConfig.from_flower({**default_run_config(), **FLT_RUN,
-                                         "dp-target-epsilon": 5.0}))

@@ -276,8 +276,9 @@ def budget_table(setting: str) -> str:
     text = table(["dp", "target ε", "methods", "σ (calibrated)", "largest ε reached", "stops"], rows)
     if untargeted_rows:
         names = ", ".join(label for label in labels.values() if label in who)
-        text += (f"\n\n**σ only, no target**: {names} take no `dp-target-epsilon` under `sample` (it "
-                 "would not stop their noised uploads), so they ran with the σ (and upload σ) "
+        text += (f"\n\n**σ only, no target**: {names} ran without `dp-target-epsilon` under "
+                 "`sample` (measured before a target covered their noised uploads), so with the σ "
+                 "(and upload σ) "
                  "calibrated to the target for the DP-SGD steps alone; their uploads (and FLT's "
                  "autoencoder steps) are charged on top, so the ε they reached exceeds the nominal "
                  f"one in {over} of these {untargeted_rows} rows.")

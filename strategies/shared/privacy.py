@@ -260,14 +260,27 @@ class UploadLedger:
     removal does), so with std σ_u·C_u its noise multiplier is σ_u/2. The strategy charges the
     records it receives (`charge_uploads`); the run's DP-SGD ledger (server_app/privacy.py) takes them
     (`take`) as entries (σ_u/2, rate 1, records), so each client's ε is Opacus' RDP of its DP-SGD
-    steps and its uploads added order by order. Same interface as the client-level layer's uploads."""
+    steps and its uploads added order by order. Same interface as the client-level layer's uploads.
+
+    With `dp-target-epsilon` the target covers everything a client releases: the run's ledger hands
+    this one a copy of itself whenever it changes (`record_ledger`), so `history` is a client's whole
+    spending (DP-SGD steps, uploads and phase steps, taken or not), and a method asks `affordable`
+    before it sends a request that would make a client release more; one that would pass the target
+    is not sent (`withhold`): the client releases nothing more that depends on its data."""
 
     STREAM = 43  # keeps the upload noise's seeds apart from other seeded draws
+    target_epsilon = 0.0  # 0: no target
+    delta = 0.0
+    known: dict[int, list[Entry]] | None = None  # the run ledger's copy (record_ledger)
+    withheld: set[int] | None = None  # clients a request was withheld from by the target
 
-    def __init__(self, *, upload_noise_multiplier: float, upload_clip_norm: float, seed: int) -> None:
+    def __init__(self, *, upload_noise_multiplier: float, upload_clip_norm: float, seed: int,
+                 target_epsilon: float = 0.0, delta: float = 0.0) -> None:
         self.upload_noise_multiplier = upload_noise_multiplier
         self.upload_clip_norm = upload_clip_norm
         self.seed = seed
+        self.target_epsilon, self.delta = target_epsilon, delta
+        self.known, self.withheld = {}, set()
         self.draws = 0  # upload instructions issued (each gets its own seed)
         self.pending: dict[int, int] = {}  # client -> noised records received, not yet taken
         self.uploads = 0  # noised upload records received
@@ -282,7 +295,8 @@ class UploadLedger:
         if cfg.dp != "sample":
             return None
         return cls(upload_noise_multiplier=cfg.dp_upload_noise_multiplier,
-                   upload_clip_norm=cfg.dp_upload_clip_norm, seed=cfg.seed)
+                   upload_clip_norm=cfg.dp_upload_clip_norm, seed=cfg.seed,
+                   target_epsilon=cfg.dp_target_epsilon, delta=cfg.dp_delta)
 
     def upload_instructions(self, records: list[str]) -> Any:
         """The `dp-upload` record of a request whose reply carries the non-model `records`."""
@@ -316,6 +330,39 @@ class UploadLedger:
                                  (self.upload_noise_multiplier / 2.0, 1.0, count)]
         self.pending, self.steps = {}, {}
         return taken
+
+    def pending_entries(self, client: int) -> list[Entry]:
+        """The entries charged to `client` and not yet taken (phase steps, then uploads)."""
+        entries = list(self.steps.get(int(client), []))
+        if self.pending.get(int(client), 0) > 0:
+            entries.append((self.upload_noise_multiplier / 2.0, 1.0, self.pending[int(client)]))
+        return entries
+
+    def record_ledger(self, ledger: dict[int, list[Entry]]) -> None:
+        """The run ledger as it now is (server_app/privacy.py hands it over after every change)."""
+        self.known = {int(client): list(entries) for client, entries in ledger.items()}
+
+    def history(self, client: int) -> list[Entry]:
+        """Everything `client` has released so far: the run ledger's entries and those not taken."""
+        return merged([*(self.known or {}).get(int(client), []), *self.pending_entries(client)])
+
+    def affordable(self, client: int, records: int = 0, entries: Iterable[Entry] = ()) -> bool:
+        """Whether `client` stays within the target after `records` more noised upload records and
+        `entries` more steps (always, without a target)."""
+        if self.target_epsilon <= 0:
+            return True
+        more = list(entries)
+        if records > 0:
+            more.append((self.upload_noise_multiplier / 2.0, 1.0, int(records)))
+        return epsilon([*self.history(client), *more], self.delta) <= self.target_epsilon
+
+    def withhold(self, client: int) -> bool:
+        """Note that a request to `client` was withheld by the target; True the first time."""
+        if self.withheld is None:
+            self.withheld = set()
+        first = int(client) not in self.withheld
+        self.withheld.add(int(client))
+        return first
 
 
 # --- run-config checks ---------------------------------------------------------------------------

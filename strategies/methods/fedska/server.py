@@ -103,7 +103,8 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
     GNN_E and H^g are computed from noised uploads only (docs/privacy.md). Under `dp = 'sample'`
     (DP-SGD on the clients) the same uploads leave the clients clipped and noised and are charged
     to `sample_uploads` (`strategies.shared.privacy.UploadLedger`), which the run's ledger composes
-    with each client's DP-SGD steps."""
+    with each client's DP-SGD steps; with `dp-target-epsilon` a client is sent a round's training
+    only while the whole round (its steps and every upload) fits the target (`configure_train`)."""
 
     UPLOADS = (DESCRIPTOR, SLOT_FEATURES, GRAD)  # what a train reply may carry besides the model
 
@@ -111,6 +112,10 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
     private_aggregates = True  # dp='client' runs it under the per-client aggregate layer
     private: Any = None  # that layer's AggregateNoise (set by it)
     sample_uploads: Any = None  # dp='sample': the UploadLedger of the noised uploads (build_fedska)
+    # dp='sample' with a target: (σ, batch size, local epochs) of a round's DP-SGD, and each
+    # client's train size (`take_reports`), to tell whether a whole round fits its target
+    sample_schedule: tuple[float, int, int] | None = None
+    train_sizes: dict[int, int] | None = None
     train_reply = FedSKATrainReply
     _structure_seconds: float | None = None  # the last structure-learning fit (for the progress log)
     # the run config key whose label-sharing prior is built from the label sets the clients report
@@ -204,6 +209,40 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
         if self.uploads is not None:
             records[DP_UPLOAD] = self.uploads.upload_instructions(list(self.UPLOADS))
         return RecordDict(records)
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                        grid: Any) -> list[Message]:
+        """As every per-client method's; under dp='sample' with a target, a sampled client whose
+        next round (its DP-SGD steps and every noised upload of the round) would take its ε past
+        the target is sent nothing (`_may_train`): its row of V, its descriptor and slots stay what
+        the server has, as for a client that left."""
+        if self.sample_schedule is None or self.sample_uploads.target_epsilon <= 0:
+            return super().configure_train(server_round, arrays, config, grid)
+        from flwr.serverapp.strategy.strategy_utils import sample_nodes
+
+        self.bind(arrays)
+        sampled, _ = sample_nodes(grid, 1, self.sample_size(len(grid.get_node_ids())))
+        return [Message(self.train_content(c, arrays, config), dst_node_id=c,
+                        message_type=self.train_message_type)
+                for c in sorted(sampled) if self._may_train(c)]
+
+    def _may_train(self, client: int) -> bool:
+        """dp='sample' with a target: whether a round of `client` fits it: its DP-SGD steps (the
+        schedule of its train size) and the most noised records one round can take from it (the
+        descriptor, the slot features and one gradient per encoder step)."""
+        from strategies.shared.privacy import sample_schedule
+
+        noise, batch_size, epochs = self.sample_schedule
+        n = int((self.train_sizes or {}).get(client, 0)) or int(self.num_examples[client])
+        rate, steps = sample_schedule(n, batch_size, epochs)
+        records = 2 + self._encoder_steps()
+        if self.sample_uploads.affordable(client, records=records,
+                                          entries=[(noise, rate, steps)] if n > 0 else []):
+            return True
+        if self.sample_uploads.withhold(client):
+            log.info("FedSKA: client %d's next round would pass dp-target-epsilon; it is sent "
+                     "nothing more (its rows stay as they are)", client)
+        return False
 
     @property
     def uploads(self) -> Any:
@@ -317,6 +356,8 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
     def take_reports(self, reports: ClientReports) -> None:
         """The clients' reports: the label-sharing prior (when `label_sets_key`), the true structure
         S is scored against and the display order of the graph pictures."""
+        if self.sample_schedule is not None:  # dp='sample' with a target: each round's DP-SGD steps
+            self.train_sizes = dict(reports.train_sizes)
         if self.label_sets_key:
             prior = check_adjacency(reports.required_label_graph(self.label_sets_key),
                                     self.num_clients)
@@ -395,7 +436,8 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
         """dp='client' or 'sample': one `dp-upload` record per client of a query whose replies
         carry `records`; None (training stops) when their noise would take the client-level ε past
         its target."""
-        if self.private is None:  # dp='sample': no target on uploads (build_fedska refuses one)
+        if self.private is None:  # dp='sample': the target was kept when the round's training
+            # went out (`_may_train`: only to clients whose whole round fits)
             return [self.sample_uploads.upload_instructions(records) for _ in clients]
         extra = torch.zeros(self.num_clients, dtype=torch.float64)
         extra[clients] = len(records) / self.private.upload_noise_multiplier ** 2
@@ -636,14 +678,8 @@ def build_fedska(cfg: RunConfig, storage: ClientMatrixStorage | None = None) -> 
     from strategies.shared.priors import given_graph
 
     from strategies.shared.privacy import UploadLedger
-    from strategies.shared.settings import ConfigError
 
     s = cfg.fedska
-    if cfg.dp == "sample" and cfg.dp_target_epsilon > 0:
-        raise ConfigError(f"run config: dp-target-epsilon = {cfg.dp_target_epsilon:g} with dp = "
-                          "'sample' and method 'fedska': the target stops DP-SGD steps but not the "
-                          "noised uploads (descriptor, slot features, gradients) that every round "
-                          "sends; set dp-target-epsilon=0 (ε is still reported) or use dp='client'")
     key = None
     if s.graph == "label-sharing" or s.tau > 0:
         key = "fedska.graph" if s.graph == "label-sharing" else "fedska.tau"
@@ -653,4 +689,6 @@ def build_fedska(cfg: RunConfig, storage: ClientMatrixStorage | None = None) -> 
                       matrix_storage=storage, evaluate_start=cfg.safeguard == "mix",
                       label_sets_key=key)
     strategy.sample_uploads = UploadLedger.of(cfg)
+    if cfg.dp == "sample" and cfg.dp_target_epsilon > 0:
+        strategy.sample_schedule = (cfg.dp_noise_multiplier, cfg.batch_size, cfg.local_epochs)
     return strategy

@@ -94,7 +94,9 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
     DP-SGD stepped by Adam, and the steps each reply reports are charged to `sample_uploads`
     (`strategies.shared.privacy.UploadLedger`) with the centroids, which leave the clients clipped
     and noised by the `dp-upload` layer; the run's ledger takes both and composes them with the
-    classifier's DP-SGD steps (`train.local`, the shared loop)."""
+    classifier's DP-SGD steps (`train.local`, the shared loop). With `dp-target-epsilon` the
+    autoencoder's steps stop at the target and a client is asked for centroids only while their
+    charge fits it (`_may_upload`)."""
 
     train_message_type = TRAIN_LOCAL
     private_aggregates = True  # dp='client' runs it under the per-client aggregate layer
@@ -325,9 +327,10 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
             latent_dim=s.latent_dim, seed=self.seed,
         ).config()
         content = RecordDict({AUTOENCODER: arrays, CONFIG: config})
-        if self.sample_training is not None:  # dp='sample': DP-SGD settings and the phase's ledger
-            content[PRIVACY] = PrivacyInstructions(
-                **self.sample_training, **ledger_fields(self.sample_uploads.charged)).config()
+        if self.sample_training is not None:  # dp='sample': DP-SGD settings and each client's
+            # whole ledger so far (a target stops the client's autoencoder steps within it)
+            content[PRIVACY] = PrivacyInstructions(**self.sample_training, **ledger_fields(
+                {c: self.sample_uploads.history(c) for c in online})).config()
         messages = [Message(content, dst_node_id=c, message_type=TRAIN_FLT_AE)
                     for c in online]
         replies = yield Phase(TRAIN_FLT_AE, messages)
@@ -358,8 +361,13 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
                 log.warning("FLT: autoencoder round %d: client %d's reply carries no privacy "
                             "report; its autoencoder is left out", ae_round, client)
                 continue
-            self.sample_uploads.charge_steps(client, PrivacyReport.read(reply.content[PRIVACY])
-                                             .entries())
+            report = PrivacyReport.read(reply.content[PRIVACY])
+            self.sample_uploads.charge_steps(client, report.entries())
+            if report.planned_steps > 0 and sum(report.steps) == 0:  # its target is spent: it sent
+                # back the autoencoder it received, which the mean leaves out (as a client that left)
+                log.info("FLT: autoencoder round %d: client %d reached dp-target-epsilon; it "
+                         "trained no step and is left out of the mean", ae_round, client)
+                continue
             kept.append((client, reply))
         return kept
 
@@ -384,6 +392,8 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
         """`query.flt_embed` to `clients`; returns client → centroids [k_m, e] of valid replies and
         records each client's num-examples n_m."""
         s = self.settings
+        if self.sample_uploads is not None and self.private is None:  # dp='sample': within a target
+            clients = [c for c in clients if self._may_upload(c)]
         config = EmbedInstructions(k=s.k, k_mode=s.k_mode, kmeans_seed=KMEANS_SEED,
                                    latent_dim=s.latent_dim).config()
         content = RecordDict({ENCODER: self.encoder, CONFIG: config})
@@ -415,6 +425,17 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
             found[client] = mu
             self.num_examples[client] = EmbedReply.read(reply.content[METRICS]).num_examples
         return found
+
+    def _may_upload(self, client: int) -> bool:
+        """dp='sample' with a target: whether `client`'s noised centroids keep its ε within it; a
+        client they would take past it is not asked (it keeps a self-only row, as a client that
+        never answered)."""
+        if self.sample_uploads.affordable(client, records=1):
+            return True
+        if self.sample_uploads.withhold(client):
+            log.info("FLT: client %d's noised centroids would pass dp-target-epsilon; it is not "
+                     "asked for them (a self-only row)", client)
+        return False
 
     # --- reporting ------------------------------------------------------------------------------
     def round_report(self, server_round: int) -> dict[str, Any]:
@@ -656,11 +677,6 @@ def build_flt(cfg: RunConfig, storage: ClientMatrixStorage | None = None) -> FLT
         except ValueError as err:
             raise ConfigError(f"run config: key 'flt.encoder-checkpoint' = "
                               f"{cfg.flt.encoder_checkpoint!r} is invalid: {err}") from None
-    if cfg.dp == "sample" and cfg.dp_target_epsilon > 0:
-        raise ConfigError(f"run config: dp-target-epsilon = {cfg.dp_target_epsilon:g} with dp = "
-                          "'sample' and method 'flt': the target stops DP-SGD steps but not the "
-                          "noised centroids; set dp-target-epsilon=0 (ε is still reported) or use "
-                          "dp='client'")
     strategy = FLT(cfg.num_clients, cfg.fraction_train, cfg.flt, input_shape=input_shape,
                    seed=cfg.seed, pretrain_images=images, matrix_storage=storage,
                    initial_autoencoder=initial)
@@ -669,6 +685,7 @@ def build_flt(cfg: RunConfig, storage: ClientMatrixStorage | None = None) -> FLT
 
         strategy.sample_uploads = UploadLedger.of(cfg)
         strategy.sample_training = {"noise_multiplier": cfg.dp_noise_multiplier,
-                                    "max_grad_norm": cfg.dp_max_grad_norm, "delta": cfg.dp_delta}
+                                    "max_grad_norm": cfg.dp_max_grad_norm, "delta": cfg.dp_delta,
+                                    "target_epsilon": cfg.dp_target_epsilon}
     return strategy
 
