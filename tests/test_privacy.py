@@ -234,7 +234,7 @@ def test_batch_norm_and_delta_errors_name_the_layer_and_key():
     ({"dp": "sample", "dp-delta": 0.01}, "dp-delta = 0.01 must be below 1/n"),
     ({"dp": "client", "dp-delta": 0.2, "num-clients": 10}, "below 1/num-clients = 0.1"),
     ({"dp": "sample", "method": "flt"}, "method 'flt''s safeguard chooses its mix on raw held-out data"),
-    ({"dp": "client", "method": "fedcg", "model": "cnn"}, "method 'fedcg' is not one of them (its clients send"),
+    ({"dp": "client", "method": "ifca"}, "method 'ifca' is not one of them (its server keeps"),
     ({"dp": "client", "method": "sfl"}, "dp = 'client' with safeguard = 'mix'"),
     ({"dp": "sample", "method": "sfl"}, "set safeguard='off'"),
     ({"dp": "sample", "model": "resnet9"}, "BatchNorm2d layer 'features.0.1'"),

@@ -228,9 +228,12 @@ def test_a_target_epsilon_stops_fedcgs_dp_sgd_and_the_balance_queries_it_cannot_
 
 
 @pytest.mark.parametrize("overrides, message", [
-    ({"dp": "client"}, "method 'fedcg' is not one of them (its clients send"),
     ({"dp": "sample", "fedcg.clustering": "kmeans"},
      "dp = 'sample' with fedcg.clustering = 'kmeans'"),
+    ({"dp": "client", "fedcg.clustering": "kmeans"},
+     "dp = 'client' with fedcg.clustering = 'kmeans'"),
+    ({"dp": "client", "dp-delta": 0.5}, "below 1/num-clients = 0.25"),
+    ({"dp": "sample", "dp-delta": 0.05}, "dp-delta = 0.05 must be below 1/n"),
 ])
 def test_fedcg_refuses_what_dp_does_not_cover_in_one_line_before_any_client(overrides, message):
     from strategies.shared.settings import ConfigError
@@ -238,13 +241,108 @@ def test_fedcg_refuses_what_dp_does_not_cover_in_one_line_before_any_client(over
     with pytest.raises(ConfigError) as err:
         RunConfig.from_flower({**default_run_config(), **RUN, **overrides})
     assert message in str(err.value) and "\n" not in str(err.value)
-    if overrides["dp"] == "client":  # the allowed values: the methods that support the mode
-        assert "dp = 'client' is supported by methods fedavg" in str(err.value)
 
 
-def test_fedcg_declares_sample_dp():
+def test_fedcg_declares_both_dp_modes():
     from strategies.shared import registry
 
-    assert registry.METHODS["fedcg"].privacy == ("sample",)
-    cfg = RunConfig.from_flower({**default_run_config(), **RUN})  # accepted as it is
-    assert cfg.dp == "sample" and cfg.method == "fedcg"
+    assert registry.METHODS["fedcg"].privacy == ("sample", "client")
+    for mode in ("sample", "client"):  # accepted as they are
+        cfg = RunConfig.from_flower({**default_run_config(), **RUN, "dp": mode})
+        assert cfg.dp == mode and cfg.method == "fedcg"
+
+
+# --- dp='client' -------------------------------------------------------------------------------------
+# a small clipping norm keeps the noised model trainable at this size (noise std σ·C·max weight)
+CLIENT_RUN = {**RUN, "dp": "client", "dp-clip-norm": 0.01, "dp-noise-multiplier": 2.0}
+
+
+def test_client_level_dp_clips_fedcgs_joint_update_and_noises_its_mean(monkeypatch):
+    """dp='client': each client's update of the model and the student together is clipped to C
+    against what it was sent, and their n-weighted mean leaves the server with Gaussian noise of std
+    σ·C·(the largest weight); each client is charged (its weight / the largest)² / σ²."""
+    from flwr.app import ArrayRecord as Arrays
+
+    from models import build_model
+    from strategies.methods.fedcg.server import build_fedcg
+    from strategies.shared.private_aggregation import AggregateNoise, use_private
+
+    cfg = RunConfig.from_flower({**default_run_config(), **CLIENT_RUN, "dp-clip-norm": 0.5})
+    strategy = use_private(build_fedcg(cfg), AggregateNoise.of(cfg))
+    torch.manual_seed(0)
+    strategy.bind(Arrays(build_model("cnn", (1, 28, 28), 10).state_dict()))
+    model = strategy.model_layout.row(strategy.model).double()
+    student = strategy.student_layout.row(strategy.student).double()
+    start = torch.cat([model, student])
+    updates = [torch.randn(len(start), dtype=torch.float64) * s for s in (1e-4, 1.0, 3.0)]
+    weights = torch.tensor([10.0, 20.0, 30.0])
+    assert strategy._private_mean(1, [0, 2, 3], [(start + u)[:len(model)].float() for u in updates],
+                                  [(start + u)[len(model):].float() for u in updates], weights)
+    clipped = [u * min(1.0, 0.5 / float(u.norm())) for u in updates]
+    share = weights.double() / weights.sum()
+    expected = start + sum(w * u for w, u in zip(share, clipped))
+    released = torch.cat([strategy.model_layout.row(strategy.model).double(),
+                          strategy.student_layout.row(strategy.student).double()])
+    noise = released - expected
+    assert float(noise.std()) == pytest.approx(2.0 * 0.5 * 0.5, rel=0.02)  # σ·C·(30/60)
+    assert abs(float(noise.mean())) < 0.01
+    rho = strategy.private.rho
+    torch.testing.assert_close(rho, torch.tensor([(1 / 3) ** 2, 0.0, (2 / 3) ** 2, 1.0],
+                                                 dtype=torch.float64) / 4.0)
+
+
+def test_fedcg_under_client_dp_reports_each_clients_epsilon_of_its_aggregates_and_uploads(
+        tmp_path, monkeypatch):
+    """Two rounds, a new teacher each: every client's ε after round r is Opacus' RDP of one
+    Gaussian whose ρ = r·(n_k / n_max)²/σ² (its weight in each noised mean) + r/σ_u² (its noised
+    balance replies); the train replies carry no count, the balance statistics leave noised."""
+    from client_app import layers
+    from datasets.federated import load_partition
+    from strategies.shared.privacy import epsilon
+
+    seen: dict[int, int] = {}
+    noise: list[float] = []
+    layers._wrapper("client_app.private_upload:around")
+    monkeypatch.setitem(layers._WRAPPERS, "client_app.private_upload:around",
+                        _counting(seen, noise))
+    summary = simulate_run(tmp_path, "c", **{k: v for k, v in CLIENT_RUN.items() if k not in RUN
+                                             or RUN[k] != v})
+    rows = [r for r in _rounds(tmp_path / "c") if r["round"] > 0]
+    assert [r["clients-trained"] for r in rows] == [4, 4]
+    assert seen == {c: 2 for c in range(4)}
+    cfg = RunConfig.from_flower({**default_run_config(), **CLIENT_RUN})
+    _, partition = load_partition(cfg.data_spec)
+    sizes = [len(i) for i in partition.train_indices]
+    for rounds, row in enumerate(rows, start=1):
+        assert row["privacy"]["aggregates"] == rounds and row["privacy"]["uploads"] == 4 * rounds
+        for client, n in enumerate(sizes):
+            rho = rounds * (n / max(sizes)) ** 2 / 2.0 ** 2 + rounds / 3.0 ** 2
+            assert row["privacy"]["epsilon-per-client"][client] == pytest.approx(
+                epsilon([(1.0 / math.sqrt(rho), 1.0, 1)], RUN["dp-delta"]), rel=1e-9)
+        assert "domain-histogram" not in row["fedcg"] and "student-agreement" not in row["fedcg"]
+    assert summary["privacy"]["mode"] == "client" and summary["privacy"]["aggregates"] == 2
+    assert len(noise) == 8 * 12 and np.std(noise) == pytest.approx(6.0, rel=0.2)
+
+
+def test_a_target_epsilon_stops_fedcg_under_client_dp_before_it_is_passed(tmp_path):
+    """dp='client' with a target above round 1's ε but below what round 2 would add: round 2's
+    balance replies fit and are charged, its training does not start (a round costing what the
+    last did would pass the target), and no client's ε ever exceeds the target."""
+    from datasets.federated import load_partition
+    from strategies.shared.privacy import epsilon
+
+    cfg = RunConfig.from_flower({**default_run_config(), **CLIENT_RUN})
+    _, partition = load_partition(cfg.data_spec)
+    first = 1.0 / 2.0 ** 2 + 1.0 / 3.0 ** 2  # the largest client's ρ after round 1
+    target = round(epsilon([(1.0 / math.sqrt(1.5 * first), 1.0, 1)], RUN["dp-delta"]), 3)
+    summary = simulate_run(tmp_path, "ct", **{k: v for k, v in CLIENT_RUN.items()
+                                              if k not in RUN or RUN[k] != v},
+                           **{"dp-target-epsilon": target})
+    rows = [r for r in _rounds(tmp_path / "ct") if r["round"] > 0]
+    assert [r["clients-trained"] for r in rows] == [4, 0]
+    assert [r["privacy"]["aggregates"] for r in rows] == [1, 1]
+    assert [r["privacy"]["uploads"] for r in rows] == [4, 8]
+    for row in rows:
+        assert row["privacy"]["epsilon"] <= target
+    assert summary["privacy"]["stopped-round"] == 2 and summary["privacy"]["epsilon"] <= target
+    assert len(partition.train_indices) == 4

@@ -253,14 +253,16 @@ def train(message: Message, context: Context) -> Message:
     else:
         raise ValueError(f"{TRAIN_FEDCG} needs the '{TEACHER}' record, 'client-domain' or 'true-domains' "
                          "in its config")
-    private = PRIVACY in content  # dp='sample': both trainings run DP-SGD (client_app.privacy)
+    # dp='sample': both trainings run DP-SGD (client_app.privacy); under either DP mode the reply
+    # carries the models and no statistic of the data
+    private = PRIVACY in content or bool(ins.withhold_statistics)
     if not private:  # under DP no statistic of the data besides what DP-SGD trained is sent
         same = teacher is not None and record_fingerprint(content[STUDENT]) == record_fingerprint(
             content[TEACHER])  # the round after φ ← ϕ: the received student is the teacher
         received = (teacher if same else domain_logits(student, x)).argmax(dim=1)  # the received ϕ
         agreement = float((received == pseudo).float().mean()) if len(y) else 0.0
     index = torch.arange(len(y), device=x.device)
-    with _dp_recording(model, private):
+    with _dp_recording(model, PRIVACY in content):
         loss = train_epochs(  # (b) eq. 4 with w = onehot(d̂); V̂ recomputed at every step
             DomainInput(model, x, pseudo), index, y, epochs=ins.local_epochs,
             batch_size=ins.batch_size, lr=ins.lr, momentum=ins.momentum,

@@ -140,6 +140,8 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy, ClientKeyed):
     # dp='sample' (strategies.methods.fedcg.privacy): the balance statistics' noise, accounting and
     # target; None with dp off
     sample_privacy: FedCGSamplePrivacy | None = None
+    private_aggregates = True  # dp='client' runs it under the per-client aggregate layer
+    private: Any = None  # that layer's AggregateNoise (set by it): the one n-weighted mean's noise
 
     @property
     def sample_uploads(self) -> Any:
@@ -238,18 +240,22 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy, ClientKeyed):
         content = RecordDict(records)
         online = set(online)
         asked = [c for c in self.train_clients if c in online]
-        private = self.sample_privacy
+        private = self.sample_privacy if self.private is None else self.private
         if private is None:
             messages = [Message(content, dst_node_id=c, message_type=QUERY_FEDCG_BALANCE)
                         for c in asked]
-        else:  # dp='sample': the statistics leave noised, within the target (fedcg/privacy.py)
-            messages = [Message(RecordDict({**records, DP_UPLOAD: private.instructions()}),
-                                dst_node_id=c, message_type=QUERY_FEDCG_BALANCE)
-                        for c in private.affordable(asked)]
+        else:  # DP: the statistics leave noised, within the target
+            messages = [Message(RecordDict({**records, DP_UPLOAD: uploads}), dst_node_id=c,
+                                message_type=QUERY_FEDCG_BALANCE)
+                        for c, uploads in self._private_queries(asked)]
         answers = []
         replies = yield Phase(QUERY_FEDCG_BALANCE, messages)
         if private is not None:
-            private.charge(client for client, reply in replies if BALANCE_STATISTICS in reply.content)
+            noised = [client for client, reply in replies if BALANCE_STATISTICS in reply.content]
+            if self.private is None:
+                self.sample_privacy.charge(noised)
+            else:
+                self.private.charge_uploads(noised)
         for client, reply in replies:
             if private is not None:
                 if BALANCE_STATISTICS not in reply.content:
@@ -275,6 +281,24 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy, ClientKeyed):
                 continue
             answers.append(answer)
         return answers
+
+    def _private_queries(self, clients: list[int]) -> list[tuple[int, ConfigRecord]]:
+        """(client, its `dp-upload` record) for each client a balance request may go to: under
+        dp='sample' those the target allows (`FedCGSamplePrivacy.affordable`); under dp='client'
+        every client while the noise of all their replies keeps every client within the target,
+        none (and training stops) once it would not."""
+        if self.private is None:
+            return [(c, self.sample_privacy.instructions())
+                    for c in self.sample_privacy.affordable(clients)]
+        private = self.private
+        if private.stopped_at is not None or not clients:
+            return []
+        extra = torch.zeros(len(private.rho), dtype=torch.float64)
+        extra[clients] = 1.0 / private.upload_noise_multiplier ** 2
+        if not private.affordable(extra):
+            private.stop(private.round + 1)  # before the next round trains
+            return []
+        return [(c, private.upload_instructions([BALANCE_STATISTICS])) for c in clients]
 
     def update_labelling(self, online: list[int]) -> Steps[None]:
         """Form the labelling of the current teacher once (round 1 and after every φ ← ϕ): the
@@ -351,7 +375,7 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy, ClientKeyed):
         """The labelling of a new teacher (its test histograms are reported under it); under
         dp='sample' not for the report alone (the next training asks)."""
         self.bind(arrays)
-        if self.sample_privacy is None:
+        if self.sample_privacy is None and self.private is None:
             yield from self.update_labelling(online)
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
@@ -366,7 +390,8 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy, ClientKeyed):
         size = max(int(len(self.train_clients) * self.fraction_train), 1)
         sampled = sorted(random.sample(candidates, min(size, len(candidates))))
         train = FedCGTrain.extending(config, domain_lr=s.domain_lr,
-                                     true_domains=s.clustering == "oracle")
+                                     true_domains=s.clustering == "oracle",
+                                     withhold_statistics=True if self.private is not None else None)
         records = {MODEL: self.model, STUDENT: self.student, GRAPH: self.graph_record()}
         if s.clustering == "clf":
             records.update(self.teacher_records())
@@ -403,8 +428,13 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy, ClientKeyed):
         weights = torch.tensor([m.num_examples for m in metrics], dtype=torch.float32)
         if float(weights.sum()) <= 0:
             return None, None
-        self.model = self.model_layout.arrays(weighted_mean(torch.stack(models), weights))
-        self.student = self.student_layout.arrays(weighted_mean(torch.stack(students), weights))
+        if self.private is not None:  # dp='client': clipped updates, a noised mean (or none)
+            if not self._private_mean(server_round, clients, models, students, weights):
+                return self.model, MetricRecord({"train-loss": float(np.dot(
+                    (weights / weights.sum()).numpy(), [m.train_loss for m in metrics]))})
+        else:
+            self.model = self.model_layout.arrays(weighted_mean(torch.stack(models), weights))
+            self.student = self.student_layout.arrays(weighted_mean(torch.stack(students), weights))
         replaced = s.clustering == "clf" and server_round % s.teacher_period == 0
         if replaced:
             self.teacher = self.student
@@ -445,6 +475,31 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy, ClientKeyed):
             report["student-nmi-train"] = nmi_from_counts(self._truth_table(
                 clients, [m.student_counts for m in metrics], [m.student_truth_counts for m in metrics]))
         return self.model, MetricRecord({"train-loss": train_loss})
+
+    def _private_mean(self, server_round: int, clients: list[int], models: list[torch.Tensor],
+                      students: list[torch.Tensor], weights: torch.Tensor) -> bool:
+        """dp='client' (`AggregateNoise`): each client's update of the model and the student
+        together clipped to dp-clip-norm against what it was sent, their n-weighted mean released
+        with Gaussian noise of std σ·C·(the largest weight), charged per client; False (the model
+        and the student stay as they are) when the target does not allow it."""
+        private = self.private
+        sent_model = self.model_layout.row(self.model)
+        start = torch.cat([sent_model, self.student_layout.row(self.student)])
+        rows = torch.stack([private.clip(torch.cat([m, st]), start)
+                            for m, st in zip(models, students)]).to(torch.float64)
+        share = torch.zeros(1, len(private.rho), dtype=torch.float64)
+        share[0, clients] = weights.to(torch.float64) / float(weights.sum())
+        sensitive = torch.zeros(len(private.rho), dtype=torch.bool)
+        sensitive[clients] = True
+        mean = share[:, clients] @ rows
+        if not private.noised(server_round, mean, share, sensitive):
+            log.info("fedcg: round %d: the noised mean would pass dp-target-epsilon; the model and "
+                     "the student stay as they are", server_round)
+            return False
+        split = len(sent_model)
+        self.model = self.model_layout.arrays(mean[0, :split].to(sent_model.dtype))
+        self.student = self.student_layout.arrays(mean[0, split:].to(sent_model.dtype))
+        return True
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                            grid: Grid) -> Iterable[Message]:

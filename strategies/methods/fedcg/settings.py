@@ -88,10 +88,10 @@ class FedCGSection(MethodSettings):
                                  f"needs partition 'domains' and fedcg.domains >= its {seen} seen "
                                  f"domains (got partition '{cfg.partition}', fedcg.domains = "
                                  f"{self.domains})")
-        if cfg.dp == "sample" and self.clustering == "kmeans":
-            raise ValueError("dp = 'sample' with fedcg.clustering = 'kmeans': the K-means phase "
-                             "trains each client's model outside DP-SGD (its train.local requests "
-                             "carry no privacy record); set fedcg.clustering='clf' or 'oracle', or dp='off'")
+        if cfg.dp != "off" and self.clustering == "kmeans":
+            raise ValueError(f"dp = '{cfg.dp}' with fedcg.clustering = 'kmeans': the K-means phase "
+                             "sends each client's fine-tuned model to the server outside any DP "
+                             "mechanism; set fedcg.clustering='clf' or 'oracle', or dp='off'")
         self._warn_if_late(cfg.num_rounds)
 
     def _warn_if_late(self, num_rounds: int) -> None:
@@ -151,8 +151,8 @@ class FedCGTrainReply(Record):
     of the pseudo-domains used for training (`domain-counts`) and of the received student's argmax.
     `truth-counts` / `student-truth-counts` (flattened [G, D], where the client knows each image's
     true domain g: reporting only) split those counts by true domain for a per-image NMI. Under
-    `dp = 'sample'` the counts and the agreement (statistics of the client's data that no noise
-    covers, used for the report only) are not sent: None."""
+    `dp = 'sample'` or `'client'` the counts and the agreement (statistics of the client's data that
+    no noise covers, used for the report only) are not sent: None."""
 
     num_examples: int = Field(ge=0)
     train_loss: float
@@ -180,7 +180,7 @@ class FedCGBalanceRequest(Record):
 
 class FedCGBalanceReply(Record):
     """Metrics of a `query.fedcg_balance` reply: n_k and D floats per requested sum. Under
-    `dp = 'sample'` (the request carries a `dp-upload` record) the metrics hold n_k alone and the
+    DP (the request carries a `dp-upload` record) the metrics hold n_k alone and the
     statistics travel as the ArrayRecord `balance-statistics` (`statistics_record`), per example
     (sums over n_k), which the client's `dp-upload` layer clips and noises (`from_statistics`)."""
 
@@ -241,15 +241,14 @@ class FedCGTrain(TrainInstructions):
     domain_lr: float = Field(gt=0.0)
     client_domain: int | None = Field(None, ge=0)
     true_domains: bool = False
+    # dp='client': reply with the models and no count or agreement statistic (dp='sample' says so
+    # with its `privacy` record)
+    withhold_statistics: bool | None = None
 
 
 # the registry entry (`strategies.shared.method.Method`), read through the package's __init__
 METHODS = (Method("fedcg", "strategies.methods.fedcg.server:build", "fedcg", FedCGSection, {
     "train.fedcg": "client_app.methods.fedcg:train", "evaluate.fedcg": "client_app.methods.fedcg:evaluate",
     "query.fedcg_balance": "client_app.methods.fedcg:balance_statistics"},
-           privacy=("sample",),
-           privacy_refused=("its clients send, besides the model and the student, balance statistics that only a "
-                            "per-client accountant could charge, and its server averages the model and the student "
-                            "together and makes the student the teacher, which the one-average client-level layer "
-                            "neither clips, noises nor accounts for; dp='sample' covers FedCG"),
+           privacy=("sample", "client"),
            summary="FedCG: teacher/student domain clustering + GCN-connected domain-specific residual branches"),)
