@@ -48,7 +48,6 @@ from client_app import safeguard_consensus as consensus
 from client_app.evaluation import _finetune, evaluate_global, evaluate_reply, result_fields
 from client_app.layers import Handler, Layer, entered
 from client_app.runtime import ClientRuntime, client_runtime, model_record
-from client_app.safeguard_consensus import gain as _gain  # noqa: F401 (other candidates' scores)
 from client_app.training import forward_batches, masked_mae, seeded_generator, task_of
 from client_app.training import evaluate as test_model
 from strategies.shared.evidence import (SAFEGUARD, SafeguardEvaluateReply, SafeguardInstructions,
