@@ -205,22 +205,22 @@ def simulate_run(tmp_path, name: str, **overrides):
 
 
 def test_a_target_epsilon_stops_fedcgs_dp_sgd_and_the_balance_queries_it_cannot_afford(tmp_path):
-    """With a target between round 1's ε and what round 2 would cost: round 2's balance query goes
-    to no client (its reply and a round of DP-SGD would pass the target), every client stops its
-    DP-SGD at the target, and no client's ε ever exceeds it."""
+    """A target that round 2's balance reply fits in but not its whole DP-SGD: round 2's noised
+    replies are charged before training, the ledger the clients get includes them, and every client
+    stops its DP-SGD at the target. A third round's balance query would pass it, so it goes to no
+    client (withheld). No client's ε ever exceeds the target."""
     from datasets.federated import load_partition
 
     cfg = RunConfig.from_flower({**default_run_config(), **RUN})
     _, partition = load_partition(cfg.data_spec)
     sizes = [len(i) for i in partition.train_indices]
-    first = max(_expected_epsilon(n, 1, 1) for n in sizes)
-    second = min(_expected_epsilon(n, 2, 2) for n in sizes)
-    target = round(first + 0.3 * (second - first), 3)
-    assert first < target < _expected_epsilon(min(sizes), 2, 1)  # round 2 costs more than is left
-    summary = simulate_run(tmp_path, "t", **{"dp-target-epsilon": target})
+    target = round(max(_expected_epsilon(n, 1, 2) for n in sizes) + 0.01, 3)
+    assert target < min(_expected_epsilon(n, 2, 2) for n in sizes)  # round 2 cannot train it all
+    summary = simulate_run(tmp_path, "t", **{"dp-target-epsilon": target, "num-rounds": 3})
     rows = [r for r in _rounds(tmp_path / "t") if r["round"] > 0]
-    assert rows[0]["privacy"]["stopped-clients"] == 0 and rows[0]["privacy"]["uploads"] == 4
-    assert rows[1]["privacy"]["stopped-clients"] == 4 and rows[1]["privacy"]["uploads"] == 4
+    assert [r["privacy"]["uploads"] for r in rows] == [4, 8, 8]
+    assert [r["privacy"]["stopped-clients"] for r in rows] == [0, 4, 4]
+    assert [r["privacy"]["withheld-clients"] for r in rows] == [0, 0, 4]
     for row in rows:
         assert max(row["privacy"]["epsilon-per-client"]) <= target
     assert summary["privacy"]["stopped-clients"] == [0, 1, 2, 3]

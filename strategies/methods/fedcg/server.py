@@ -86,7 +86,7 @@ from strategies.shared.messages import (
     TrainReply,
 )
 from strategies.shared.params import ParameterLayout
-from strategies.shared.privacy import DP_UPLOAD, PRIVACY, PrivacyReport
+from strategies.shared.privacy import DP_UPLOAD
 from strategies.shared.personalized import weighted_mean
 from strategies.shared.phases import ClientKeyed, Phase, PhasedStrategy, Replies, Steps
 from strategies.shared.priors import ClientReports
@@ -421,8 +421,6 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy, ClientKeyed):
             models.append(self.model_layout.row(reply.content[MODEL]))
             students.append(self.student_layout.row(reply.content[STUDENT]))
             metrics.append(FedCGTrainReply.read(reply.content[METRICS]))
-            if self.sample_privacy is not None and PRIVACY in reply.content:
-                self.sample_privacy.take_report(client, PrivacyReport.read(reply.content[PRIVACY]))
         if not metrics:
             return None, None
         weights = torch.tensor([m.num_examples for m in metrics], dtype=torch.float32)
@@ -519,8 +517,6 @@ class FedCG(Strategy, FedCGReporting, PhasedStrategy, ClientKeyed):
     def take_reports(self, reports: ClientReports) -> None:
         """The true domains the clients reported (their group and per-domain train counts), for the
         per-domain accuracy and NMI figures; none reported: those figures are left out."""
-        if self.sample_privacy is not None:
-            self.sample_privacy.take_train_sizes(reports.train_sizes)
         truth = reports.truth()
         if truth is not None and truth.cluster_ids is not None:
             self.truth = truth
