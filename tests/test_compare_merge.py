@@ -50,6 +50,7 @@ def test_a_method_subset_adds_to_the_cells_results_file(tmp_path: Path) -> None:
     assert "--methods fedprox" in both["command"] and "--methods local" in both["command"]
     md = (tmp_path / "results" / "table-small-seed0.md").read_text()
     assert "| local |" in md and "| fedprox |" in md
+    assert f"- run in parts: fedprox on {first['date']}" in md and f"; local on {both['date']}" in md
     # re-running a method replaces it (and its part) only
     again = _run(tmp_path, "fedprox,fedavg", runs="runs-again")
     assert again["methods"] == ["local", "fedavg", "fedprox"]

@@ -79,11 +79,23 @@ def summary_table(summaries: list[dict[str, Any]]) -> list[str]:
                           [table_row(summary) for summary in summaries])
 
 
+def parts_line(meta: dict[str, Any]) -> list[str]:
+    """Where the file's methods were run by several commands (`benchmarks.compare --config --methods`
+    adding to a cell's file): each command's methods, date and code; the date line above is the last's."""
+    if not meta.get("parts"):
+        return []
+    return ["- run in parts: " + "; ".join(
+        f"{', '.join(p['methods'])} on {p['date']} (commit {p['code'].get('commit', '?')}"
+        + (" with local changes" if p["code"].get("local-changes") else "") + ")"
+        for p in meta["parts"])]
+
+
 def markdown(meta: dict[str, Any], summaries: list[dict[str, Any]]) -> str:
     s = meta["settings"]
     rounds = s["num-rounds"]
     lines = [
         *provenance(meta, f"# {meta['name']}"),
+        *parts_line(meta),
         f"- setting: {s['dataset']}, partition `{s['partition']}`, {s['num-clients']} clients"
         f" on {meta['nodes'] or s['num-clients']} in-process nodes, model `{s['model']}`, "
         f"{rounds} rounds, {s['local-epochs']} local epoch(s), batch {s['batch-size']}, "
