@@ -346,3 +346,26 @@ def test_a_target_epsilon_stops_fedcg_under_client_dp_before_it_is_passed(tmp_pa
         assert row["privacy"]["epsilon"] <= target
     assert summary["privacy"]["stopped-round"] == 2 and summary["privacy"]["epsilon"] <= target
     assert len(partition.train_indices) == 4
+
+
+@pytest.mark.parametrize("mode", ["sample", "client"])
+def test_a_resumed_fedcg_dp_run_reports_the_epsilon_of_an_uninterrupted_one(tmp_path, mode):
+    """A FedCG run under DP cut after round 1 and resumed from its checkpoint: every round's ε, the
+    privacy summary and the final metrics are those of the run left alone (the balance replies'
+    ledger and noise seeds, and under `client` the per-client accountant, travel with the strategy)."""
+    from server_app.harness.simulate import simulate
+
+    settings = {**(RUN if mode == "sample" else CLIENT_RUN), "num-rounds": 3, "checkpoint-every": 1}
+
+    def run(directory, **more):
+        simulate({**settings, **more, "output-dir": str(directory), "run-name": "run"})
+        return _rounds(directory / "run"), json.loads((directory / "run" / "summary.json").read_text())
+
+    full_rows, full = run(tmp_path / "full")
+    run(tmp_path / "cut", **{"num-rounds": 1})
+    rows, resumed = run(tmp_path / "cut", resume=True)
+    assert [r["round"] for r in rows] == [0, 1, 2, 3]
+    spent = [r["privacy"] for r in full_rows if r["round"] > 0]
+    assert [r["privacy"] for r in rows if r["round"] > 0] == spent
+    assert spent[0]["uploads"] < spent[2]["uploads"]  # balance replies charged after the resume
+    assert resumed["privacy"] == full["privacy"] and resumed["final"] == full["final"]

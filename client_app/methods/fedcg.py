@@ -23,6 +23,13 @@ Under clustering=oracle the pseudo-domain is each image's true domain (a control
 Where the data know each image's true domain (the `domains` partition), replies also split their
 domain counts by true domain (reporting only: a per-image NMI).
 
+Under DP (docs/privacy.md): a `train.fedcg` request with a `privacy` record (`dp = 'sample'`) trains
+both the model and the student by DP-SGD (FedCG layers' per-example gradients:
+`client_app.methods.fedcg_privacy`); with it or with `withhold-statistics` (`dp = 'client'`) the reply
+carries no count or agreement statistic. A `query.fedcg_balance` request with a `dp-upload` record is
+answered with the statistics per example in the ArrayRecord `balance-statistics`, which the
+`dp-upload` layer clips and noises.
+
 The teacher is frozen for T rounds and its logits depend only on (its weights, the image), so a client
 keeps them in its node's `context.state`, keyed by the teacher record's content hash, and computes
 them once per teacher (spec §6.4 recomputes the pseudo-domains at every local training: the cached

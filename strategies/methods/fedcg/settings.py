@@ -236,7 +236,8 @@ class FedCGEvaluateCounts(Record):
 class FedCGTrain(TrainInstructions):
     """`train.fedcg`: the student's learning rate, and which pseudo-domains the client trains with:
     the teacher's (default), its K-means cluster (`client-domain`, clustering=kmeans) or each image's
-    true domain (`true-domains`, clustering=oracle)."""
+    true domain (`true-domains`, clustering=oracle); `withhold-statistics` (dp='client'): reply with
+    the models and no count or agreement statistic."""
 
     domain_lr: float = Field(gt=0.0)
     client_domain: int | None = Field(None, ge=0)
