@@ -591,3 +591,105 @@ def untuned_misses(prefix: str) -> str:
 def _untuned_setting_text(row: dict) -> str:
     from docs.results.studies import _untuned_setting
     return _untuned_setting(row)
+
+
+# --- the safeguard's purely local candidate on the untuned settings (client_app/local_candidate.py
+# at the commit the page names; benchmarks/studies/untuned.py) ----------------------------------------
+def _local_candidate(row: dict) -> dict:
+    return row.get("flt-local") or {}
+
+
+@block("flt-untuned-local")
+def untuned_local(prefix: str) -> str:
+    """FLT with the purely local candidate against FLT without it, on the untuned list (consensus
+    path), u07's seeds, the graph settings with the candidate for every client, and u07 with a
+    smaller held-out slice."""
+    after = {**_untuned_rows("untuned-after"), **_untuned_rows("untuned-seeds")}
+    local = {**_untuned_rows("untuned-local"), **_untuned_rows("untuned-local-seeds")}
+    for name in set(_untuned_rows("untuned-local")) & set(_untuned_rows("untuned-local-seeds")):
+        if _untuned_rows("untuned-local")[name]["means"] != _untuned_rows("untuned-local-seeds")[name]["means"]:
+            raise ValueError(f"untuned-local and untuned-local-seeds differ on {name}")
+    kept = [n for n in local if _local_candidate(local[n])]
+    same = [n for n in kept if local[n]["means"]["flt"] == after[n]["means"]["flt"]]
+    moved = [n for n in kept if n not in same]
+    moves = "; ".join(
+        f"{n}: FLT {num(after[n]['means']['flt'])} → {num(local[n]['means']['flt'])}, Δ "
+        f"{signed(_untuned_delta(after[n]))} → {signed(_untuned_delta(local[n]))} "
+        f"({_local_candidate(local[n]).get('answered')} client(s) answered with it)" for n in moved)
+    negative = [n for n in kept if (_local_candidate(local[n]).get("evidence") or 0.0) < 0.0]
+    u07 = _seed_family(local, "u07-shards")
+    gaps = [r["means"]["flt"] - r["means"]["local"] for r in u07]
+    behind = [_local_candidate(r)["accuracy"] - r["means"]["local"] for r in u07]
+    short = _seed_family(_untuned_rows("untuned-u07-local-holdout2"), "u07-shards")
+    short_behind = [_local_candidate(r)["accuracy"] - r["means"]["local"] for r in short]
+    short_gaps = [r["means"]["flt"] - r["means"]["local"] for r in short]
+    graph = _untuned_rows("untuned-local-all")
+    graph_moves = ", ".join(
+        f"{n} {signed(_untuned_delta(after[n]))} → {signed(_untuned_delta(graph[n]))}" for n in graph)
+    lines = [
+        f"With the candidate where FLT hands out the consensus, {len(kept)} settings (of "
+        f"{len(local)}, seeds included) had clients keeping a local model; FLT's accuracy is "
+        f"identical to the digit on {len(same)} of them"
+        + (f" and moved on {len(moved)}: {moves}." if moved else "."),
+        "",
+        f"At the last evaluation the pooled held-out evidence for the local models is below zero "
+        f"on {len(negative)} of those {len(kept)} settings: on the clients' slices the local model "
+        "loses to the model the safeguard answers with. On u07-shards the local candidate's mean "
+        "test accuracy is " + ", ".join(
+            f"{num(_local_candidate(r)['accuracy'])} (seed {r['seed']}, Local {num(r['means']['local'])})"
+            for r in u07)
+        + f": {signed(sum(behind) / len(behind))} points behind Local on average, though it is "
+        "trained the same way (plain SGD from the same initial model, one epoch per sampled round), "
+        "on the train split less the held-out slice and from round 2 (the round-1 request is built "
+        "before FLT's structure decision, so it carries no margin). FLT − Local with it: "
+        + ", ".join(f"{signed(g)} (seed {r['seed']})" for g, r in zip(gaps, u07))
+        + f", mean {signed(sum(gaps) / len(gaps))}.",
+        "",
+        "With a held-out slice of 2 % instead of 10 % (`--set safeguard-holdout=0.02`, "
+        "`untuned-u07-local-holdout2`) the local candidate is "
+        + ", ".join(f"{num(_local_candidate(r)['accuracy'])} (seed {r['seed']})" for r in short)
+        + f", {signed(sum(short_behind) / len(short_behind))} points from Local on average, and "
+        "FLT − Local is " + ", ".join(f"{signed(g)}" for g in short_gaps)
+        + f" (mean {signed(sum(short_gaps) / len(short_gaps))}).",
+        "",
+        "With the candidate for every client of a method with the safeguard (`safeguard-local = "
+        "all`, `untuned-local-all`), on the settings where FLT keeps its graph (no margin there: "
+        f"a client answers with its local model wherever its slice scores it higher), Δ: {graph_moves}.",
+    ]
+    return "\n".join(lines)
+
+
+@block("flt-untuned-holdout")
+def untuned_holdout(prefix: str) -> str:
+    """FLT with a held-out slice of 2 % instead of 10 % (no candidate) against the default, on the
+    whole untuned list and u07's / u13's seeds."""
+    default = {**_untuned_rows("untuned-after"), **_untuned_rows("untuned-seeds")}
+    short = {**_untuned_rows("untuned-holdout2"), **_untuned_rows("untuned-holdout2-seeds")}
+    for name in set(_untuned_rows("untuned-holdout2")) & set(_untuned_rows("untuned-holdout2-seeds")):
+        if _untuned_rows("untuned-holdout2")[name]["means"] != _untuned_rows("untuned-holdout2-seeds")[name]["means"]:
+            raise ValueError(f"untuned-holdout2 and untuned-holdout2-seeds differ on {name}")
+    names = list(short)
+    rows = [[n, signed(_untuned_delta(default[n])), signed(_untuned_delta(short[n])),
+             signed(short[n]["means"]["flt"] - default[n]["means"]["flt"])] for n in names]
+    below = {label: [n for n in names if _untuned_delta(rows_[n]) < -0.5]
+             for label, rows_ in (("default", default), ("short", short))}
+    groups = [n for n in names if short[n]["structure"] == "groups"]
+    u07 = _seed_family(short, "u07-shards")
+    gaps = [r["means"]["flt"] - r["means"]["local"] for r in u07]
+    with_candidate = _seed_family(_untuned_rows("untuned-u07-local-holdout2"), "u07-shards")
+    same = all(a["means"]["flt"] == b["means"]["flt"] for a, b in zip(u07, with_candidate))
+    moved = [n for n in names if short[n]["means"]["flt"] != default[n]["means"]["flt"]]
+    return "\n".join([
+        table(("setting", "Δ, slice 10 % (default)", "Δ, slice 2 %", "FLT, 2 % − 10 %"), rows),
+        "",
+        f"Below −0.5: {len(below['default'])} settings with the default slice "
+        f"({', '.join(below['default']) or 'none'}), {len(below['short'])} with 2 % "
+        f"({', '.join(below['short']) or 'none'}). With groups, Δ at 2 %: "
+        + ", ".join(f"{n} {signed(_untuned_delta(short[n]))}" for n in groups)
+        + f". On u07-shards FLT − Local at 2 %: " + ", ".join(
+            f"{signed(g)} (seed {r['seed']})" for g, r in zip(gaps, u07))
+        + f", mean {signed(sum(gaps) / len(gaps))}"
+        + (" (the same FLT numbers as the run with the local candidate, which no client answered "
+           "with at the last evaluation there)." if same else ".")
+        + f" FLT's accuracy moved on {len(moved)} of {len(rows)} settings.",
+    ])
