@@ -412,3 +412,26 @@ def measured_cost(prefix: str) -> str:
                 "(at another time, on a shared machine), so their time is shown without a ratio" if UNPAIRED in costs
                 else "") + ".\n\n" + costs
             + "\n\nThe commands that made the runs:\n\n" + commands())
+
+
+@block("privacy-accountant-cost")
+def accountant_cost(prefix: str) -> str:
+    """The accountant's cache, measured (`python -m benchmarks.studies.privacy_accountant`,
+    benchmarks/results/privacy-accountant.json): the medians of the paired runs' seconds per round,
+    before (a fresh Opacus accountant per call) and cached, and the median of the pairs' ratios."""
+    import statistics
+
+    result = raw("privacy-accountant")
+    rows = result["rows"]
+    before = statistics.median(r["opacus-seconds-per-round"] for r in rows)
+    after = statistics.median(r["cached-seconds-per-round"] for r in rows)
+    ratio = statistics.median(r["ratio"] for r in rows)
+    settings = result["settings"]
+    return (f"Measured on {settings['method']}'s {settings['partition']} `dp = \"sample\"` cell with "
+            f"target ε = {settings['dp-target-epsilon']:g} ({settings['num-clients']} clients, "
+            f"{settings['num-rounds']} rounds, σ = {settings['dp-noise-multiplier']:g}), "
+            f"{len(rows)} pairs of runs, each a fresh process, in turn: a round takes a median "
+            f"{num(before)} s with ε from a fresh Opacus accountant at every call and {num(after)} s "
+            f"with the cache, {times(ratio)} less (the median of the pairs' ratios); both report the "
+            "same ε every round and the same final metrics (the study stops otherwise). Command: "
+            f"`{result['command']}`.")
