@@ -3,8 +3,9 @@ a run cut after round 1 and resumed from its checkpoint reports the same ε in e
 privacy summary and the same final metrics as the run left alone. Under `dp = 'sample'` FLT's ledger
 has three parts that must all come back: the run's DP-SGD ledger (the `privacy` component), the
 strategy's `UploadLedger` (the autoencoder phase's steps and the noised centroids, checkpointed with
-the strategy) and the upload noise's draw counter (the seeds of later noised records). Under
-`dp = 'client'` FedSKA's per-client accountant (every noised aggregate and upload, in the strategy's
+the strategy) and the upload noise's draw counter (the seeds of later noised records); with a
+target, FedSKA's copy of the ledger, its clients' train sizes and the clients the target withheld.
+Under `dp = 'client'` FedSKA's per-client accountant (every noised aggregate and upload, in the strategy's
 layer) must come back, and FedAvg's one-average accountant (the `ClientLevelDP` wrapper)."""
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ def _cut_and_resumed(tmp_path, settings: dict) -> tuple[dict, dict, list[dict], 
 @pytest.mark.federation
 @pytest.mark.parametrize("name, settings", [
     ("flt-sample", {**SAMPLE, **FLT}),
+    # a target that withholds round 3 from every client (tests/test_privacy_target.py): the ledger's
+    # copy in the strategy, the train sizes and the withheld clients come back too
+    ("fedska-sample-target", {**SAMPLE, **FEDSKA, "fedska.schedule": "separate",
+                              "dp-target-epsilon": 10.0}),
     ("fedska-client", {**CLIENT, **FEDSKA}),
     ("fedavg-client", {**CLIENT, "method": "fedavg", "fraction-train": 0.5}),
 ])
@@ -54,7 +59,11 @@ def test_a_resumed_dp_run_reports_the_epsilon_of_an_uninterrupted_one(tmp_path, 
     spent = [r["privacy"] for r in full_rows if r["round"] > 0]
     assert [r["privacy"] for r in rows if r["round"] > 0] == spent  # every round's ε, exactly
     key = "epsilon-max" if settings["dp"] == "sample" else "epsilon"
-    assert 0 < spent[0][key] < spent[1][key] < spent[2][key]  # rounds 2 and 3 were charged
+    if settings.get("dp-target-epsilon"):  # round 3 withheld: nothing more charged
+        assert 0 < spent[0][key] < spent[1][key] == spent[2][key] <= settings["dp-target-epsilon"]
+        assert resumed["privacy"]["withheld-clients"] == full["privacy"]["withheld-clients"] != []
+    else:
+        assert 0 < spent[0][key] < spent[1][key] < spent[2][key]  # rounds 2 and 3 were charged
     if settings["method"] in ("flt", "fedska"):  # noised uploads were charged before and after
         assert spent[0]["uploads"] > 0 and resumed["privacy"]["uploads"] == full["privacy"]["uploads"]
     assert resumed["privacy"] == full["privacy"]
