@@ -208,6 +208,8 @@ class FedCGConv(nn.Module):
               biases: torch.Tensor | None) -> torch.Tensor:
         """One-hot w: each sample through its domain's combined kernel (eq. 4 by linearity)."""
         present = torch.unique(domains)
+        if len(present) == 0:  # an empty batch (DP-SGD's Poisson sampling can draw one)
+            return self._conv(x, *self._combined(0, kernels, biases))
         if len(present) == 1:
             return self._conv(x, *self._combined(int(present[0]), kernels, biases))
         order = torch.argsort(domains, stable=True)

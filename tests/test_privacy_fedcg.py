@@ -369,3 +369,27 @@ def test_a_resumed_fedcg_dp_run_reports_the_epsilon_of_an_uninterrupted_one(tmp_
     assert [r["privacy"] for r in rows if r["round"] > 0] == spent
     assert spent[0]["uploads"] < spent[2]["uploads"]  # balance replies charged after the resume
     assert resumed["privacy"] == full["privacy"] and resumed["final"] == full["final"]
+
+
+def test_an_empty_poisson_batch_is_a_step_of_noise_alone(monkeypatch):
+    """DP-SGD's Poisson sampling can draw no example: the FedCG model's step is then the noise
+    alone (no crash in the FedCG layer or its grad sampler)."""
+    from client_app import privacy
+    from client_app.methods.fedcg import DomainInput
+    from client_app.methods.fedcg_privacy import recording
+    from strategies.shared.privacy import PrivacyInstructions
+
+    model = _model()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    x, y = torch.randn(4, 1, 12, 12), torch.randint(0, 5, (4,))
+    monkeypatch.setattr(privacy.torch, "rand", lambda n, generator=None: torch.ones(n))  # none drawn
+    spent = []
+    with recording(model):
+        privacy.dp_train_epochs(DomainInput(model, x, torch.tensor([0, 1, 2, 0])), torch.arange(4), y,
+                                epochs=1, batch_size=2, lr=0.1, momentum=0.0,
+                                generator=torch.Generator().manual_seed(0), prior=[], spent=spent,
+                                ins=PrivacyInstructions(noise_multiplier=1.0, max_grad_norm=1.0,
+                                                        delta=1e-3))
+    assert spent == [(1.0, 0.5, 2)]
+    moved = torch.cat([(p.detach() - before[n]).ravel() / 0.1 for n, p in model.named_parameters()])
+    assert float(moved.std()) == pytest.approx(1.0 * 1.0 / 2 * math.sqrt(2), rel=0.05)

@@ -59,6 +59,8 @@ def fedcg_conv_grad_sample(layer: FedCGConv, activations: list[torch.Tensor],
                            "train it inside client_app.methods.fedcg_privacy.recording")
     if domains.dtype != torch.long:
         raise ValueError("DP-SGD trains a FedCG layer with one-hot (hard) domains only")
+    if len(domains) == 0:  # an empty Poisson batch: zero gradients (Opacus' empty-batch form)
+        return {p: torch.zeros_like(p).unsqueeze(0) for p in layer.parameters() if p.requires_grad}
     plain = compute_conv_grad_sample(layer.agnostic, activations, backprops)
     kernel = plain[layer.agnostic.weight]  # [B, *kernel shape]: ∂ℓ_i/∂K_{d_i}
     batch = len(kernel)
