@@ -248,7 +248,7 @@ def _curve_point(record: dict[str, Any]) -> dict[str, Any]:
 # settings that differ from it, read by the docs (docs/blocks/papers.py), not by the runs
 GRID_KEYS = {"paper", "table", "title", "methods", "seeds", "common", "cells", "reported", "differences",
              "calibrate-noise"}
-CELL_KEYS = {"name", "methods", "set", "note", "label", "reported", "calibrate-only"}
+CELL_KEYS = {"name", "methods", "set", "note", "label", "reported"}
 
 
 def load_grid(path: str | Path) -> dict[str, Any]:
@@ -295,8 +295,6 @@ def grid_runs(grid: dict[str, Any], stem: str, overrides: dict[str, Any],
             methods = list(cell.get("methods", grid["methods"]))
             if grid.get("calibrate-noise"):
                 settings = calibrate_noise(settings, methods[0])
-            if cell.get("calibrate-only"):
-                settings = _drop_target(settings, cell["name"], bool(grid.get("calibrate-noise")))
             runs.append((f"{stem}-{cell['name']}-seed{settings['seed']}", methods, settings))
     return runs
 
@@ -320,10 +318,12 @@ def calibrate_noise(settings: dict[str, Any], method: str) -> dict[str, Any]:
     """A grid with `calibrate-noise = true`: a run with `dp` and a `dp-target-epsilon` gets the
     `dp-noise-multiplier` that brings its accountant to that ε after `num-rounds` rounds
     (`calibrated_noise`, rounded up to 4 decimals), and the same
-    `dp-upload-noise-multiplier` (the noise of the graph methods' other uploads under
-    dp = 'client'); other runs as given. The graph methods' per-client accountant charges each
-    client for every aggregate it enters, which depends on the graph learned: there the target
-    stops training once spent."""
+    `dp-upload-noise-multiplier` (the noise of the graph methods' other uploads: FLT's centroids,
+    FedSKA's descriptors, slot features and gradients); other runs as given. σ is calibrated for the
+    DP-SGD steps (dp = 'sample') or one aggregate a round (dp = 'client') alone: what a method
+    releases beyond that (noised uploads, FLT's autoencoder steps, a client-level aggregate per
+    neighbourhood) is charged to the same ledger, and the target withholds or stops a client (or
+    the federation) before it would pass the target."""
     from strategies.shared.run_config import RunConfig, default_run_config
 
     cfg = RunConfig.from_flower({**default_run_config(), **settings, "method": method})
@@ -331,16 +331,6 @@ def calibrate_noise(settings: dict[str, Any], method: str) -> dict[str, Any]:
         return settings
     sigma = math.ceil(calibrated_noise(cfg) * 1e4) / 1e4
     return {**settings, "dp-noise-multiplier": sigma, "dp-upload-noise-multiplier": sigma}
-
-
-def _drop_target(settings: dict[str, Any], cell: str, calibrated: bool) -> dict[str, Any]:
-    """A cell with `calibrate-only = true` (methods whose noised uploads a target cannot stop, e.g.
-    FLT and FedSKA under dp = 'sample'): its `dp-target-epsilon` only calibrates the noise
-    multipliers (`calibrate_noise`), and the runs go without a target (they report the ε they reach)."""
-    if not calibrated or not settings.get("dp-target-epsilon"):
-        raise ValueError(f"cell {cell!r}: calibrate-only = true needs the grid's calibrate-noise = true "
-                         "and a dp-target-epsilon > 0 in the cell (the ε its noise is calibrated to)")
-    return {**settings, "dp-target-epsilon": 0.0}
 
 
 # --- command line ---------------------------------------------------------------------------------

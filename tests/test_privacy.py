@@ -80,28 +80,21 @@ def test_a_grid_with_calibrate_noise_sets_each_dp_runs_noise_multiplier():
         assert calibrate_noise(untouched, "fedavg") == untouched  # no DP, or no target
 
 
-def test_a_calibrate_only_cell_runs_with_the_calibrated_noise_and_no_target():
+def test_the_graph_sample_cells_run_with_the_calibrated_noise_and_the_target():
     """privacy.toml's FLT / FedSKA dp = 'sample' cells: the σ and upload σ the other methods get at
-    that ε, and dp-target-epsilon dropped (those methods refuse it under sample)."""
+    that ε, and the cell's dp-target-epsilon kept (it covers their uploads too)."""
     from pathlib import Path
 
     from benchmarks.compare import grid_runs, load_grid
 
     toml = Path(__file__).resolve().parent.parent / "benchmarks" / "experiments" / "privacy.toml"
     grid = {**load_grid(toml), "seeds": [0]}
-    (_, base_methods, base), (_, methods, free) = grid_runs(
+    (_, base_methods, base), (_, methods, graph) = grid_runs(
         grid, "t", {}, ["label-clusters-sample-eps4", "label-clusters-sample-graph-eps4"])
     assert methods == ["flt", "fedska"] and "flt" not in base_methods
-    assert base["dp-target-epsilon"] == 4.0 and free["dp-target-epsilon"] == 0.0
-    assert free["dp-noise-multiplier"] == base["dp-noise-multiplier"] > 0
-    assert free["dp-upload-noise-multiplier"] == base["dp-upload-noise-multiplier"]
-    cell = {"name": "x", "calibrate-only": True, "set": {**SMALL, "dp": "sample", "dp-delta": 1e-5,
-                                                            "safeguard": "off"}}
-    with pytest.raises(ValueError, match="calibrate-only"):  # no target to calibrate to
-        grid_runs({"methods": ["flt"], "calibrate-noise": True, "cells": [cell]}, "t", {})
-    with pytest.raises(ValueError, match="calibrate-noise"):  # no calibration
-        targeted = {**cell, "set": {**cell["set"], "dp-target-epsilon": 1.0}}
-        grid_runs({"methods": ["flt"], "cells": [targeted]}, "t", {})
+    assert base["dp-target-epsilon"] == graph["dp-target-epsilon"] == 4.0
+    assert graph["dp-noise-multiplier"] == base["dp-noise-multiplier"] > 0
+    assert graph["dp-upload-noise-multiplier"] == base["dp-upload-noise-multiplier"]
 
 
 def test_ledger_travels_per_client_and_steps_within_keep_the_target():

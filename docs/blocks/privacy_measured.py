@@ -31,6 +31,7 @@ SETTINGS = {"label-clusters": "MNIST label clusters (4 groups of 3 clients, 2 la
             "domains": "rotated MNIST domains (4 rotations, 3 clients each, 10 classes)"}
 # marks of the cells no committed run fills, explained under each table
 NOT_SUPPORTED, NO_AGGREGATE, NOT_RUN = "not available", "n/a", "not run"
+NO_GRAPH = "no graph learned"  # the runs exist, but learned no graph (`_no_graph_reason`)
 
 
 def grid() -> dict[str, Any]:
@@ -45,18 +46,10 @@ def _cell_name(setting: str, mode: str, eps: int | None, graph: bool = False) ->
 
 def _cells(setting: str, mode: str, eps: int | None) -> list[str]:
     """The grid's cells of (setting, mode, ε): the graph methods' runs under each mode are cells of
-    their own (under dp = "sample" FLT's and FedSKA's, `calibrate-only`: no target)."""
+    their own (under dp = "sample" FLT's and FedSKA's, whose target also covers their uploads)."""
     if mode == "off":
         return [_cell_name(setting, mode, eps)]
     return [_cell_name(setting, mode, eps), _cell_name(setting, mode, eps, graph=True)]
-
-
-def _untargeted(setting: str, mode: str, eps: int | None) -> set[str]:
-    """The methods of the grid's `calibrate-only` cells of (setting, mode, ε): σ calibrated to ε,
-    no target (their noised uploads are charged on top of the steps the σ was calibrated for)."""
-    config = grid()
-    return {m for c in config["cells"] if c["name"] in _cells(setting, mode, eps)
-            and c.get("calibrate-only") for m in c.get("methods", config["methods"])}
 
 
 def _runs(setting: str, mode: str, eps: int | None, method: str) -> list[dict[str, Any]]:
@@ -88,6 +81,17 @@ def _stopped(runs: list[dict[str, Any]]) -> str:
     round (their models stay as the last released ones), "" for none."""
     rounds = sorted(r for r in ((s.get("privacy") or {}).get("stopped-round") for s in runs) if r)
     return f" (spent in round {', '.join(map(str, rounds))})" if rounds else ""
+
+
+def _withheld(runs: list[dict[str, Any]]) -> str:
+    """" (withheld: k, ...)": per run (seed), how many clients the target withheld from a release
+    (the summary's `withheld-clients`); "" where none was."""
+    counts = [len((s.get("privacy") or {}).get("withheld-clients") or []) for s in runs]
+    return f" (withheld: {', '.join(map(str, counts))})" if any(counts) else ""
+
+
+def _clients() -> int:
+    return int(grid()["common"]["num-clients"])
 
 
 def _complete(summary: dict[str, Any]) -> bool:
@@ -188,7 +192,7 @@ def accuracy_table(setting: str) -> str:
             runs = _runs(setting, mode, eps, method)
             values = [v for v in (_accuracy(s, key) for s in runs) if v is not None]
             if values:
-                row.append(_fmt(values, seeds=seeds) + _stopped(runs))
+                row.append(_fmt(values, seeds=seeds) + _stopped(runs) + _withheld(runs))
             else:
                 mark = _missing(method, mode) if mode != "off" else NOT_RUN
                 marks.add(mark)
@@ -196,14 +200,15 @@ def accuracy_table(setting: str) -> str:
                 row.append(mark)
         rows.append(row)
     notes = _notes(marks, {m: v for m, v in missing.items()})
-    free = sorted({label for mode, eps in _columns() for label, (method, key) in ROWS.items()
-                   if method in _untargeted(setting, mode, eps) and _runs(setting, mode, eps, method)},
-                  key=list(ROWS).index)
-    if free:
+    if any("(withheld:" in cell for row in rows for cell in row):
         notes += ("\n" if notes else "") + (
-            f"- {', '.join(free)} under `sample`: run with the σ calibrated to the column's ε and no "
-            "target (their noised uploads are charged on top); the ε they reached is in the budget "
-            "table below.")
+            f"- **withheld: k, ...**: per seed, how many of the {_clients()} clients the target "
+            "withheld from a release that would have taken their ε past it (the summary's "
+            "`withheld-clients`): FLT asks such a client for no centroids (it then trains alone), "
+            "FedSKA sends it no more training (its rows stay what the server had). FLT and FedSKA "
+            "run under `sample` with the σ (and upload σ) calibrated to the column's ε for the "
+            "DP-SGD steps alone and with that ε as their target, which covers their noised uploads "
+            "(and FLT's autoencoder steps) too; the budget table below says what they spent.")
     if any("spent in round" in cell for row in rows for cell in row):
         notes += ("\n" if notes else "") + (
             "- **spent in round r**: the run's client-level target was spent in round r, and no "
@@ -217,7 +222,7 @@ def accuracy_table(setting: str) -> str:
 def share_table(setting: str) -> str:
     seeds = _seed_count(setting)
     uniform = _uniform_share(setting)
-    rows = []
+    rows, unlearned = [], {}
     for label in GRAPHS:
         method = ROWS[label][0]
         row = [label]
@@ -225,32 +230,53 @@ def share_table(setting: str) -> str:
             runs = _runs(setting, mode, eps, method)
             values = [v for v in (_share(s, uniform) for s in runs) if v is not None]
             complete = sum(_complete(s) for s in runs)
-            text = (_fmt(values, 2, seeds) if values else
+            text = (_fmt(values, 2, seeds) if values else NO_GRAPH if runs else
                     (_missing(method, mode) if mode != "off" else NOT_RUN))
-            row.append(text + (f" ({complete} complete)" if complete else "") + _stopped(runs))
+            if not values and runs:
+                unlearned.update({label: _no_graph_reason(runs)})
+            row.append(text + (f" ({complete} complete)" if complete else "") + _stopped(runs)
+                       + _withheld(runs))
         rows.append(row)
     chance = (f" A graph blind to the groups (every pair alike) has {num(uniform, 2)} inside them."
               if uniform is not None else "")
     return table(_header("graph"), rows) + "\n\nShare of the learned graph inside the true groups " \
         "at the end of the run (1: every edge or weight joins clients of the same group)." + chance \
         + (" **(k complete)**: in k of the seeds FLT found no client structure (its structure check) and " \
-           "averaged every client over the complete graph, whose share is the blind one.")
+           "averaged every client over the complete graph, whose share is the blind one.") + (
+        f" **{NO_GRAPH}**: the runs report no learned graph ("
+        + "; ".join(f"{label}: {why}" for label, why in unlearned.items()) + ")." if unlearned else "")
+
+
+def _no_graph_reason(runs: list[dict[str, Any]]) -> str:
+    """Why a method's runs learned no graph, from their summaries: FLT's clustering (FCR) says why
+    it was not run; a run that released nothing (ε 0) trained no round."""
+    reasons = []
+    for summary in runs:
+        fcr = (summary.get("flt") or {}).get("fcr")
+        if isinstance(fcr, str) and fcr.startswith("not run"):
+            reasons.append(f"its clustering {fcr}")
+        elif not (summary.get("privacy") or {}).get("epsilon-max"):
+            reasons.append("no round was trained, every client withheld from the first")
+        else:
+            reasons.append("no share reported")
+    return ", ".join(dict.fromkeys(reasons))
 
 
 def budget_table(setting: str) -> str:
     """σ each cell ran with (calibrated to its ε) and the largest ε any client (sample) or the
-    federation (client) reached, with the clients a target stopped; the methods that ran without a
-    target (`calibrate-only` cells) in rows of their own, followed by a sentence saying in how many
-    of those rows the ε reached exceeds the nominal one."""
-    rows, over, untargeted_rows, who = [], 0, 0, set()
+    federation (client) reached, with the clients a target stopped or withheld; the methods whose
+    target withheld clients (FLT, FedSKA under `sample`: a release beyond their DP-SGD steps would
+    have passed it) in rows of their own, followed by generated sentences on whether any ε passed
+    its target and on what those methods' uploads cost."""
+    rows, within, withheld_rows, who, upload_costs = [], 0, 0, set(), {}
     labels = {method: label for label, (method, key) in ROWS.items() if key == "personalized"}
     for mode in MODES:
         for eps in EPSILONS:
-            free = _untargeted(setting, mode, eps)
-            groups = [(True, [m for m in labels if m not in free])] + [
-                (False, [m]) for m in labels if m in free]  # the untargeted: a row per method
-            for targeted, group in groups:
-                sigmas, reached, stopped, methods = set(), [], 0, []
+            held = {m for m in labels for s in _runs(setting, mode, eps, m)
+                    if (s.get("privacy") or {}).get("withheld-clients")}
+            groups = [[m for m in labels if m not in held]] + [[m] for m in labels if m in held]
+            for group in groups:
+                sigmas, reached, stopped, withheld, methods = set(), [], 0, 0, []
                 for method in group:
                     for summary in _runs(setting, mode, eps, method):
                         privacy = summary.get("privacy") or {}
@@ -260,29 +286,69 @@ def budget_table(setting: str) -> str:
                         reached.append(privacy.get("epsilon-max", privacy.get("epsilon")))
                         stopped += len(privacy.get("stopped-clients") or [])
                         stopped += 1 if privacy.get("stopped-round") else 0
+                        withheld += len(privacy.get("withheld-clients") or [])
+                        if withheld and privacy.get("upload-noise-multiplier"):
+                            upload_costs[eps] = _upload_epsilon(privacy)
                         if labels[method] not in methods:
                             methods.append(labels[method])
                 reached = [r for r in reached if r is not None]
                 if not reached:
                     continue
                 largest = max(reached)
-                if not targeted:
-                    untargeted_rows += 1
-                    over += largest > eps
+                within += largest <= eps
+                if withheld:
+                    withheld_rows += 1
                     who.update(methods)
-                rows.append([f'`{mode}`', f"{eps}" if targeted else f"{eps} (σ only, no target)",
-                             ", ".join(methods), " / ".join(num(s, 3) for s in sorted(sigmas)),
-                             num(largest, 3), f"{stopped}"])
-    text = table(["dp", "target ε", "methods", "σ (calibrated)", "largest ε reached", "stops"], rows)
-    if untargeted_rows:
-        names = ", ".join(label for label in labels.values() if label in who)
-        text += (f"\n\n**σ only, no target**: {names} ran without `dp-target-epsilon` under "
-                 "`sample` (measured before a target covered their noised uploads), so with the σ "
-                 "(and upload σ) "
-                 "calibrated to the target for the DP-SGD steps alone; their uploads (and FLT's "
-                 "autoencoder steps) are charged on top, so the ε they reached exceeds the nominal "
-                 f"one in {over} of these {untargeted_rows} rows.")
+                rows.append([f'`{mode}`', f"{eps}", ", ".join(methods),
+                             " / ".join(num(s, 3) for s in sorted(sigmas)), num(largest, 3),
+                             f"{stopped}", f"{withheld}"])
+    text = table(["dp", "target ε", "methods", "σ (calibrated)", "largest ε reached", "stops",
+                  "withheld"], rows)
+    text += (f"\n\n**withheld**: clients the target kept from a release (summed over the row's "
+             f"seeds). The largest ε reached is at or below the target in {within} of these "
+             f"{len(rows)} rows.")
+    if withheld_rows:
+        text += " " + _upload_reading(setting, sorted(who, key=list(ROWS).index), upload_costs)
     return text
+
+
+def _upload_epsilon(privacy: dict[str, Any]) -> float:
+    """ε at the run's δ of one noised upload alone: a Gaussian mechanism at noise multiplier σ_u/2
+    (a record clipped to C_u moves within a ball of radius C_u), no subsampling."""
+    from strategies.shared.privacy import epsilon
+
+    return epsilon([(privacy["upload-noise-multiplier"] / 2, 1.0, 1)], privacy["delta"])
+
+
+def _upload_reading(setting: str, labels: list[str], costs: dict[int, float]) -> str:
+    """What the rows with withheld clients mean: the ε of one noised upload against the target, the
+    uploads received, and, per method, whether it released anything at all."""
+    parts = []
+    if costs:
+        over = [eps for eps, cost in costs.items() if cost > eps]
+        parts.append(
+            "One noised upload alone (a Gaussian mechanism at σ_u/2, no subsampling, σ_u = σ) costs "
+            + ", ".join(f"ε = {num(cost, 2)} at the σ of target {eps}" for eps, cost in sorted(costs.items()))
+            + (": more than the whole target in every column" if len(over) == len(costs) else
+               f": more than the whole target at ε = {', '.join(map(str, over))}" if over else "")
+            + ".")
+    for label in labels:
+        method = ROWS[label][0]
+        runs = [s for eps in EPSILONS for s in _runs(setting, "sample", eps, method)]
+        privacy = [s.get("privacy") or {} for s in runs]
+        if not runs:
+            continue
+        uploads = sum(int(p.get("uploads") or 0) for p in privacy)
+        nothing = all(not p.get("epsilon-max") for p in privacy)
+        text = f"{label} received {uploads} noised uploads in its {len(runs)} `sample` runs"
+        if nothing:
+            text += (" and released nothing at all (ε 0): the target withheld every client's "
+                     "round from the first, so its model stays the initial one")
+        elif uploads == 0:
+            text += (": its clients trained by DP-SGD alone, without the structure its uploads "
+                     "would give it")
+        parts.append(text + ".")
+    return " ".join(parts)
 
 
 def cost_table() -> str:
@@ -301,7 +367,7 @@ def cost_table() -> str:
             for mode in MODES:
                 for eps in EPSILONS:
                     runs = _seeded(setting, mode, eps, method)
-                    runs = [s for s in runs if not (s.get("privacy") or {}).get("stopped-round")]
+                    runs = [s for s in runs if not _cut_short(s)]
                     pairs = [(s["seconds-per-round"], base[s["seed"]][0]) for s in runs
                              if s["seed"] in base and s.get("seconds-per-round")
                              and s["command"] == base[s["seed"]][1]]
@@ -318,6 +384,14 @@ def cost_table() -> str:
             rows.append(row)
     return table(["setting", "method", "off"] + [f"{mode} ε={eps}" for mode in MODES
                                                   for eps in EPSILONS], rows)
+
+
+def _cut_short(summary: dict[str, Any]) -> bool:
+    """The run's target stopped training early: the federation's (client-level), or any client's
+    DP-SGD steps or releases (stopped or withheld clients), so its later rounds train less."""
+    privacy = summary.get("privacy") or {}
+    return bool(privacy.get("stopped-round") or privacy.get("stopped-clients")
+                or privacy.get("withheld-clients"))
 
 
 SETTINGS_SHORT = {"label-clusters": "label clusters", "domains": "domains"}
@@ -358,7 +432,7 @@ def _reading(setting: str) -> str:
     """Generated sentences: FedAvg's and SFL*'s accuracy at the smallest and largest ε against
     ε = ∞ under DP-SGD, and the graphs' share at ε = 1 against ε = ∞."""
     parts = []
-    for label in ("FedAvg", "FedAvg+FT", "Local", "SFL*"):
+    for label in ("FedAvg", "FedAvg+FT", "Local", "SFL*", "FLT", "FedSKA"):
         method, key = ROWS[label]
         off = mean(_accuracy(s, key) for s in _runs(setting, "off", None, method))
         low = mean(_accuracy(s, key) for s in _runs(setting, "sample", 1, method))
@@ -405,8 +479,9 @@ def measured_cost(prefix: str) -> str:
     return ("Median wall time of a round in seconds (train and evaluate, every client of the "
             "federation in one process on one core), without DP and with it, and in brackets the "
             "ratio to the run without DP, taken per pair (same method, setting and seed, both runs "
-            "made by the same command one after the other) and averaged over the seeds. A run whose client-level target "
-            "stopped its training early is left out (its later rounds train nothing); "
+            "made by the same command one after the other) and averaged over the seeds. A run whose target "
+            "stopped or withheld training early (the federation's under `client`, any client's "
+            "under `sample`) is left out (its later rounds train less, or nothing); "
             f"**{STOPPED}**: every run was" + (
                 f"; **{UNPAIRED}**: the runs were made by another command than the runs without DP "
                 "(at another time, on a shared machine), so their time is shown without a ratio" if UNPAIRED in costs
