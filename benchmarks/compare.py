@@ -127,6 +127,12 @@ def compare(
     runs_dir = Path(runs_dir) if runs_dir is not None else RUNS_DIR / name
     command = command or format_command(methods, overrides, name, nodes)
     started = datetime.now(timezone.utc)
+    # the settings as the code that runs them reads them (before the runs: a long run's file does not
+    # depend on edits to the defaults made while it ran)
+    common = RunConfig.from_flower({**default_run_config(), **overrides,
+                                    "method": methods[0]}).flat()
+    for key in PER_METHOD_KEYS:
+        common.pop(key, None)
 
     run = partial(run_method, overrides=overrides, name=name, runs_dir=runs_dir, nodes=nodes)
     if placement is None or placement.serial:
@@ -134,10 +140,6 @@ def compare(
     else:
         summaries = ordered(dict(run_all(run, methods, placement)))
 
-    common = RunConfig.from_flower({**default_run_config(), **overrides,
-                                    "method": methods[0]}).flat()
-    for key in PER_METHOD_KEYS:
-        common.pop(key, None)
     report_summaries = summaries
     meta = {
         "name": name,
