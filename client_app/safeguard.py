@@ -45,7 +45,6 @@ import torch.nn.functional as F
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message
 
 from client_app import safeguard_consensus as consensus
-from client_app import safeguard_twin as twin
 from client_app.evaluation import _finetune, evaluate_global, evaluate_reply, result_fields
 from client_app.layers import Handler, Layer, entered
 from client_app.runtime import ClientRuntime, client_runtime, model_record
@@ -335,26 +334,17 @@ class SafeguardLayer(Layer):
     def __init__(self, context: Context, guard: SafeguardInstructions) -> None:
         self.context, self.guard = context, guard
         self.reply: SafeguardTrainReply | None = None  # evidence for the server, once trained
-        self.twin = None  # the twin's start and random state (client_app/safeguard_twin.py)
 
     def start(self, rt: ClientRuntime, ins, received: Mapping[str, ArrayRecord]) -> ArrayRecord:
         if trains_from_consensus(self.context, rt.client_id, self.guard):
-            start = received[next(iter(received))]  # FedAvg's start; the better of the two is kept
-            self.twin = twin.prepare(rt, self.context, self.guard, start, received)
-            return start
-        start, choice = choose(rt, self.context, ins, self.guard, received)
-        self.twin = twin.prepare(rt, self.context, self.guard, start, received, choice)
-        return start
+            return received[next(iter(received))]  # FedAvg's start; the better of the two is kept
+        return choose(rt, self.context, ins, self.guard, received)[0]
 
     def train_index(self, rt: ClientRuntime, ins) -> torch.Tensor:
         return train_index(rt, ins, self.guard)
 
     def trained(self, rt: ClientRuntime, ins, model: torch.nn.Module) -> int:
-        version = self.context.state.config_records.get(CHOICE.format(rt.client_id) + ".version")
         self.reply = keep_trained(rt, self.context, model, ins, self.guard)
-        if self.twin is not None and (self.context.state.config_records.get(
-                CHOICE.format(rt.client_id) + ".version") != version):  # the own model was kept
-            twin.keep_twin(self.context, rt.client_id, twin.train(rt, ins, *self.twin))
         return train_on_slice(rt, self.context, model, ins, self.guard)
 
 
@@ -374,7 +364,6 @@ def evaluate(message: Message, context: Context, guard: SafeguardInstructions) -
     received = {PERSONAL: message.content[PERSONAL]}
     if GLOBAL in message.content:
         received[GLOBAL] = message.content[GLOBAL]
-    own, rng = own_model(context, rt.client_id), twin.rng_state()
     personal, choice = choose(rt, context, ins, guard, received)
     model = rt.model(personal)
     x_test, y_test = rt.tensors("test")
@@ -382,7 +371,6 @@ def evaluate(message: Message, context: Context, guard: SafeguardInstructions) -
     report = {"own": choice.own_weight}
     if choice.gains:
         report.update(gains=list(choice.gains), squares=list(choice.squares))
-    finetuned = False
     if ins.finetune_epochs > 0:  # the used model + local epochs, as global + local epochs
         _finetune(model, *training_tensors(rt, ins, guard), ins, rt.client_id)
         tuned = test_model(model, x_test, y_test, ins.batch_size, rt.data.target_scale)
@@ -392,8 +380,6 @@ def evaluate(message: Message, context: Context, guard: SafeguardInstructions) -
         report["finetuned"] = float(finetuned)
         used = tuned if finetuned else used
         keep_own(context, rt.client_id, model)  # the client's newest own model
-    # on the consensus path, the twin's version of what the own model's evidence chose
-    used = twin.answer(rt, ins, context, guard, own, received, choice, finetuned, used, rng)
     reply = evaluate_reply(message, used, fields)
     reply.content[SAFEGUARD] = SafeguardEvaluateReply(**report).config()
     return reply

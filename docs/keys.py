@@ -92,10 +92,6 @@ MEANINGS: dict[str, tuple[str, str]] = {
     "safeguard-start": ("Safeguard (graph methods)", "where a method hands every client the consensus: "
                         "what a sampled client trains from (`consensus`, its `mix`, or `federation`: the "
                         "consensus until the clients' own models are clearly better)"),
-    "safeguard-twin": ("Safeguard (graph methods)", "where a method hands every client the consensus: "
-                       "each client also keeps a twin of its own model trained on every train sample "
-                       "and answers with it where the choice holds the own model (issue 46 measurement; "
-                       "off by default)"),
     "run-name": ("Output, checkpoints, resume", "results go to `<output-dir>/<run-name>/` (empty: "
                  "method-dataset-partition-time)"),
     "output-dir": ("Output, checkpoints, resume", "the folder of every run's results folder"),

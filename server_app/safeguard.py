@@ -77,8 +77,6 @@ class Safeguard(RunCallback):
                 fields["weight"] = self.weight
             if self.start.from_consensus:
                 fields["train_consensus"] = True
-            if cfg.safeguard_twin:
-                fields["twin"] = True
             if cfg.safeguard_send_slice:
                 fields["send_slice"] = True
                 mass = self.run.strategy.consensus_mass()

@@ -50,9 +50,6 @@ class SafeguardInstructions(Record):
     consensus_round: int | None = Field(None, ge=1)
     consensus_examples: float | None = Field(None, gt=0.0)
     consensus_clients: list[int] | None = None
-    # there, whether the client keeps and answers with its own model's twin trained on every sample
-    # (client_app/safeguard_twin.py)
-    twin: bool | None = None
 
 
 class SafeguardTrainReply(Record):

@@ -123,10 +123,6 @@ class RunConfig(Settings):
     # mix; `federation`, the consensus until the clients' own models are clearly better (pooled
     # since the start) than the models trained from it, then the mix for the rest of the run
     safeguard_start: Literal["federation", "consensus", "mix"] = "federation"
-    # where a method hands every client the consensus (with safeguard-margin > 0), each client also
-    # keeps a twin of its own model trained the same way on every train sample (slice included) and
-    # answers with it wherever the safeguard's choice holds the own model (client_app/safeguard_twin.py)
-    safeguard_twin: bool = False
     # differential privacy (docs/privacy.md): `sample`, DP-SGD in every client's local training
     # (per-example clipping and Gaussian noise); `client`, each client's update clipped and Gaussian
     # noise on each aggregate the server forms; `off`, none
