@@ -751,3 +751,48 @@ def untuned_answer(prefix: str) -> str:
         + (f"With one more pass, more than half a point lower on: {', '.join(lower)}."
            if lower else "With one more pass, no setting is more than half a point lower."),
     ])
+
+
+# --- the own model's twin trained on every sample (measured, not kept) ----------------------------
+@block("flt-untuned-twin")
+def untuned_twin(prefix: str) -> str:
+    """FLT whose clients keep a twin of their own model trained on every sample and answer with it
+    where the choice holds the own model (consensus path only; code removed after the run) against
+    FLT as committed, on the whole untuned list and u07's / u13's seeds."""
+    default = {**_untuned_rows("untuned-after"), **_untuned_rows("untuned-seeds")}
+    twin = {**_untuned_rows("untuned-twin"), **_untuned_rows("untuned-twin-seeds")}
+    for name in set(_untuned_rows("untuned-twin")) & set(_untuned_rows("untuned-twin-seeds")):
+        if _untuned_rows("untuned-twin")[name]["means"] != _untuned_rows("untuned-twin-seeds")[name]["means"]:
+            raise ValueError(f"untuned-twin and untuned-twin-seeds differ on {name}")
+    names = sorted(twin, key=lambda n: (n.split("-s")[0] if n.startswith(("u07", "u13")) else n,
+                                        twin[n]["seed"]))
+    rows = [[n, "complete" if _untuned_complete(default[n]) else "graph",
+             num(default[n]["means"]["local"]), num(default[n]["means"]["flt"]),
+             num(twin[n]["means"]["flt"]),
+             signed(twin[n]["means"]["flt"] - default[n]["means"]["flt"]),
+             signed(_untuned_delta(default[n])), signed(_untuned_delta(twin[n]))] for n in names]
+    gap = lambda rs: sum(r["means"]["flt"] - r["means"]["local"] for r in rs) / len(rs)
+    u07, u07_twin = _seed_family(default, "u07-shards"), _seed_family(twin, "u07-shards")
+    graph = [n for n in names if not _untuned_complete(default[n])]
+    graph_same = all(twin[n]["means"]["flt"] == default[n]["means"]["flt"] for n in graph)
+    lower = [f"{n} {signed(twin[n]['means']['flt'] - default[n]['means']['flt'])}" for n in names
+             if twin[n]["means"]["flt"] - default[n]["means"]["flt"] < -0.5]
+    higher = [f"{n} {signed(twin[n]['means']['flt'] - default[n]['means']['flt'])}" for n in names
+              if twin[n]["means"]["flt"] - default[n]["means"]["flt"] > 0.5]
+    below = {label: [n for n in names if _untuned_delta(rows_[n]) < -0.5]
+             for label, rows_ in (("committed", default), ("twin", twin))}
+    return "\n".join([
+        table(("setting", "decision", "Local", "FLT (committed)", "FLT, twin", "twin − committed",
+               "Δ committed", "Δ twin"), rows, "llrrrrrr"),
+        "",
+        f"FLT − Local on u07-shards, mean over its {len(u07)} seeds: committed {signed(gap(u07))}, "
+        f"with the twin {signed(gap(u07_twin))} ("
+        + ", ".join(f"{signed(r['means']['flt'] - r['means']['local'])} (seed {r['seed']})"
+                    for r in u07_twin) + "). "
+        + (f"On the settings where FLT keeps its graph ({', '.join(graph)}) nothing moved, as "
+           "the twin is on the consensus path only. " if graph and graph_same else "")
+        + f"More than half a point higher with the twin: {', '.join(higher) or 'none'}; more than "
+        f"half a point lower: {', '.join(lower) or 'none'}. Below −0.5 against the best baseline: "
+        f"{len(below['committed'])} settings committed ({', '.join(below['committed']) or 'none'}), "
+        f"{len(below['twin'])} with the twin ({', '.join(below['twin']) or 'none'}).",
+    ])
