@@ -296,7 +296,7 @@ def grid_runs(grid: dict[str, Any], stem: str, overrides: dict[str, Any],
                         **overrides}
             methods = list(cell.get("methods", grid["methods"]))
             if grid.get("calibrate-noise"):
-                settings = calibrate_noise(settings, methods[0])
+                settings = calibrate_noise(settings, methods)
             runs.append((f"{stem}-{cell['name']}-seed{settings['seed']}", methods, settings))
     return runs
 
@@ -305,7 +305,10 @@ def calibrated_noise(cfg: RunConfig) -> float:
     """The noise multiplier that brings `cfg`'s accountant(s) to `dp-target-epsilon` at `dp-delta`
     after `num-rounds` rounds (`run_schedules`, `noise_for_epsilon` of strategies.shared.privacy);
     under `sample` the clients' train sizes come from the run's partition, loaded here on the
-    benchmark's side (the server never loads it)."""
+    benchmark's side (the server never loads it). Under `sample`, a method that declares what its
+    clients release beyond the DP-SGD rounds (`Method.sample_releases`: FLT's autoencoder steps and
+    centroids, FedSKA's noised uploads every round) gets the one σ, with σ_u = σ for the uploads,
+    at which every client's whole schedule ends at or below the target (`joint_noise`)."""
     from datasets.federated import load_partition
     from strategies.shared.privacy import noise_for_epsilon, run_schedules
 
@@ -313,25 +316,91 @@ def calibrated_noise(cfg: RunConfig) -> float:
     if cfg.dp == "sample":
         _, partition = load_partition(cfg.data_spec)
         sizes = [len(indices) for indices in partition.train_indices]
-    return noise_for_epsilon(cfg.dp_target_epsilon, cfg.dp_delta, run_schedules(cfg, sizes))
+    sigma = noise_for_epsilon(cfg.dp_target_epsilon, cfg.dp_delta, run_schedules(cfg, sizes))
+    releases = sample_releases(cfg.method) if cfg.dp == "sample" else None
+    if releases is None:
+        return sigma
+    return joint_noise(cfg, sizes, releases, start=sigma)
 
 
-def calibrate_noise(settings: dict[str, Any], method: str) -> dict[str, Any]:
+def sample_releases(method: str) -> Any:
+    """The method's `Method.sample_releases` as a callable (a `"module:function"` imported), or None
+    where it declares none."""
+    import importlib
+
+    from strategies.shared.registry import METHODS
+
+    declared = METHODS[method].sample_releases
+    if declared is None or callable(declared):
+        return declared
+    module, _, function = declared.partition(":")
+    found = getattr(importlib.import_module(module), function, None)
+    if not callable(found):
+        raise ImportError(f"method {method!r}: sample_releases={declared!r} is not a function")
+    return found
+
+
+def run_epsilon(cfg: RunConfig, sizes: Sequence[int], releases: Any, sigma: float) -> float:
+    """The largest ε at `dp-delta` any client of train size in `sizes` ends a run of `cfg` at with
+    DP-SGD σ = `sigma` and upload σ_u = `sigma`: its rounds' DP-SGD steps (`run_schedules`) and the
+    method's other releases (`releases(cfg, n, σ, σ_u)`), composed by the runs' own accountant
+    (`strategies.shared.privacy.epsilon`)."""
+    from strategies.shared.privacy import epsilon, sample_schedule
+
+    worst = 0.0
+    for n in sorted(set(int(n) for n in sizes if n > 0)):
+        rate, steps = sample_schedule(n, cfg.batch_size, cfg.local_epochs)
+        history = [(sigma, rate, steps * cfg.num_rounds), *releases(cfg, n, sigma, sigma)]
+        worst = max(worst, epsilon(history, cfg.dp_delta))
+    return worst
+
+
+def joint_noise(cfg: RunConfig, sizes: Sequence[int], releases: Any, start: float,
+                tolerance: float = 1e-5) -> float:
+    """The smallest σ (within `tolerance`, relative) at which `run_epsilon` is at most
+    `dp-target-epsilon`, by bisection from `start` (the σ of the DP-SGD steps alone: with more
+    releases ε can only grow, so the answer is at least that)."""
+    target = cfg.dp_target_epsilon
+    low, high = start, start
+    while run_epsilon(cfg, sizes, releases, high) > target:
+        low, high = high, high * 2.0
+        if high > 1e6:
+            raise ValueError(f"no noise multiplier up to 1e6 brings method '{cfg.method}' to "
+                             f"dp-target-epsilon = {target:g}")
+    while high - low > tolerance * high:
+        middle = (low + high) / 2.0
+        if run_epsilon(cfg, sizes, releases, middle) > target:
+            low = middle
+        else:
+            high = middle
+    return high
+
+
+def calibrate_noise(settings: dict[str, Any], methods: str | Sequence[str]) -> dict[str, Any]:
     """A grid with `calibrate-noise = true`: a run with `dp` and a `dp-target-epsilon` gets the
     `dp-noise-multiplier` that brings its accountant to that ε after `num-rounds` rounds
     (`calibrated_noise`, rounded up to 4 decimals), and the same
     `dp-upload-noise-multiplier` (the noise of the graph methods' other uploads: FLT's centroids,
-    FedSKA's descriptors, slot features and gradients); other runs as given. σ is calibrated for the
-    DP-SGD steps (dp = 'sample') or one aggregate a round (dp = 'client') alone: what a method
-    releases beyond that (noised uploads, FLT's autoencoder steps, a client-level aggregate per
-    neighbourhood) is charged to the same ledger, and the target withholds or stops a client (or
-    the federation) before it would pass the target."""
+    FedSKA's descriptors, slot features and gradients); other runs as given. Under 'sample' σ covers
+    every release the method declares (`Method.sample_releases`), so a client's whole run ends at
+    the target; under 'client' one aggregate a round: what a method's server releases beyond that (a
+    client-level aggregate per neighbourhood, noised uploads) is charged to the same ledger, and the
+    target stops the federation before it would pass. The cell's `methods` must share one σ
+    (ValueError naming them otherwise: give each its own cell)."""
     from strategies.shared.run_config import RunConfig, default_run_config
 
-    cfg = RunConfig.from_flower({**default_run_config(), **settings, "method": method})
-    if cfg.dp == "off" or cfg.dp_target_epsilon <= 0:
-        return settings
-    sigma = math.ceil(calibrated_noise(cfg) * 1e4) / 1e4
+    methods = [methods] if isinstance(methods, str) else list(methods)
+    found: dict[float, list[str]] = {}
+    for method in methods:
+        cfg = RunConfig.from_flower({**default_run_config(), **settings, "method": method})
+        if cfg.dp == "off" or cfg.dp_target_epsilon <= 0:
+            return settings
+        found.setdefault(math.ceil(calibrated_noise(cfg) * 1e4) / 1e4, []).append(method)
+    if len(found) > 1:
+        shown = "; ".join(f"{', '.join(m)}: σ = {sigma:g}" for sigma, m in found.items())
+        raise ValueError(f"calibrate-noise: the cell's methods need different noise multipliers "
+                         f"({shown}); give each its own cell")
+    sigma = next(iter(found))
     return {**settings, "dp-noise-multiplier": sigma, "dp-upload-noise-multiplier": sigma}
 
 

@@ -80,21 +80,24 @@ def test_a_grid_with_calibrate_noise_sets_each_dp_runs_noise_multiplier():
         assert calibrate_noise(untouched, "fedavg") == untouched  # no DP, or no target
 
 
-def test_the_graph_sample_cells_run_with_the_calibrated_noise_and_the_target():
-    """privacy.toml's FLT / FedSKA dp = 'sample' cells: the σ and upload σ the other methods get at
-    that ε, and the cell's dp-target-epsilon kept (it covers their uploads too)."""
+def test_the_graph_sample_cells_run_with_their_own_calibrated_noise_and_the_target():
+    """privacy.toml's FLT / FedSKA dp = 'sample' cells, one method each: σ (and upload σ) calibrated
+    over every release the method declares (larger than the other methods' σ at that ε, which
+    covers DP-SGD steps alone), the cell's dp-target-epsilon kept."""
     from pathlib import Path
 
     from benchmarks.compare import grid_runs, load_grid
 
     toml = Path(__file__).resolve().parent.parent / "benchmarks" / "experiments" / "privacy.toml"
     grid = {**load_grid(toml), "seeds": [0]}
-    (_, base_methods, base), (_, methods, graph) = grid_runs(
-        grid, "t", {}, ["label-clusters-sample-eps4", "label-clusters-sample-graph-eps4"])
-    assert methods == ["flt", "fedska"] and "flt" not in base_methods
-    assert base["dp-target-epsilon"] == graph["dp-target-epsilon"] == 4.0
-    assert graph["dp-noise-multiplier"] == base["dp-noise-multiplier"] > 0
-    assert graph["dp-upload-noise-multiplier"] == base["dp-upload-noise-multiplier"]
+    (_, base_methods, base), (_, flt, flt_run), (_, fedska, fedska_run) = grid_runs(
+        grid, "t", {}, ["label-clusters-sample-eps4", "label-clusters-sample-graph-flt-eps4",
+                        "label-clusters-sample-graph-fedska-eps4"])
+    assert (flt, fedska) == (["flt"], ["fedska"]) and "flt" not in base_methods
+    assert base["dp-target-epsilon"] == flt_run["dp-target-epsilon"] == fedska_run["dp-target-epsilon"] == 4.0
+    assert 0 < base["dp-noise-multiplier"] < flt_run["dp-noise-multiplier"] < fedska_run["dp-noise-multiplier"]
+    for run in (base, flt_run, fedska_run):
+        assert run["dp-upload-noise-multiplier"] == run["dp-noise-multiplier"]
 
 
 def test_ledger_travels_per_client_and_steps_within_keep_the_target():

@@ -38,18 +38,22 @@ def grid() -> dict[str, Any]:
     return tomllib.loads(GRID.read_text())
 
 
-def _cell_name(setting: str, mode: str, eps: int | None, graph: bool = False) -> str:
+def _cell_name(setting: str, mode: str, eps: int | None) -> str:
     if mode == "off":
         return f"{setting}-off"
-    return f"{setting}-{mode}{'-graph' if graph else ''}-eps{eps}"
+    return f"{setting}-{mode}-eps{eps}"
 
 
 def _cells(setting: str, mode: str, eps: int | None) -> list[str]:
     """The grid's cells of (setting, mode, ε): the graph methods' runs under each mode are cells of
-    their own (under dp = "sample" FLT's and FedSKA's, whose target also covers their uploads)."""
+    their own (`<setting>-<mode>-graph[-<method>]-eps<ε>`; under dp = "sample" one per method, FLT's
+    and FedSKA's, each with the σ calibrated over its own releases)."""
     if mode == "off":
         return [_cell_name(setting, mode, eps)]
-    return [_cell_name(setting, mode, eps), _cell_name(setting, mode, eps, graph=True)]
+    graph = f"{setting}-{mode}-graph"
+    return [_cell_name(setting, mode, eps)] + [
+        cell["name"] for cell in grid()["cells"]
+        if cell["name"].startswith(graph) and cell["name"].endswith(f"-eps{eps}")]
 
 
 def _runs(setting: str, mode: str, eps: int | None, method: str) -> list[dict[str, Any]]:
@@ -206,9 +210,9 @@ def accuracy_table(setting: str) -> str:
             "withheld from a release that would have taken their ε past it (the summary's "
             "`withheld-clients`): FLT asks such a client for no centroids (it then trains alone), "
             "FedSKA sends it no more training (its rows stay what the server had). FLT and FedSKA "
-            "run under `sample` with the σ (and upload σ) calibrated to the column's ε for the "
-            "DP-SGD steps alone and with that ε as their target, which covers their noised uploads "
-            "(and FLT's autoencoder steps) too; the budget table below says what they spent.")
+            "run under `sample` with the σ (and upload σ) calibrated to the column's ε over every "
+            "release they declare and with that ε as their target, which covers their noised "
+            "uploads (and FLT's autoencoder steps) too; the budget table below says what they spent.")
     if any("spent in round" in cell for row in rows for cell in row):
         notes += ("\n" if notes else "") + (
             "- **spent in round r**: the run's client-level target was spent in round r, and no "
@@ -351,6 +355,57 @@ def _upload_reading(setting: str, labels: list[str], costs: dict[int, float]) ->
     return " ".join(parts)
 
 
+def _released(setting: str) -> str:
+    """Generated sentences on FLT and FedSKA under `sample` (σ calibrated over every release they
+    declare): per ε the σ they ran with, the largest ε any client reached against the target, the
+    clients withheld, their accuracy against Local's and FedAvg's at the same ε, and their graphs'
+    share inside the true groups against the run without DP and a blind graph."""
+    uniform = _uniform_share(setting)
+    parts = []
+    for label in ("FLT", "FedSKA"):
+        method, key = ROWS[label]
+        columns, accuracy, shares, reached, withheld, sigmas = [], [], [], [], 0, []
+        for eps in EPSILONS:
+            runs = _runs(setting, "sample", eps, method)
+            privacy = [s.get("privacy") or {} for s in runs]
+            if not runs or not all(privacy):
+                continue
+            columns.append(eps)
+            sigmas.append(" / ".join(num(v, 3) for v in sorted({p["noise-multiplier"] for p in privacy})))
+            reached.append(max(p.get("epsilon-max") or 0.0 for p in privacy))
+            withheld += sum(len(p.get("withheld-clients") or []) for p in privacy)
+            others = {other: mean(_accuracy(s, "personalized") for s in _runs(setting, "sample", eps, other))
+                      for other in ("local", "fedavg")}
+            accuracy.append((mean(_accuracy(s, key) for s in runs), others["local"], others["fedavg"]))
+            shares.append(mean(v for v in (_share(s, uniform) for s in runs) if v is not None))
+        if not columns:
+            continue
+        at = "/".join(map(str, columns))
+        text = (f"{label} (σ = σ_u = {', '.join(sigmas)} at target ε = {at}) ended with the largest "
+                f"client ε at {'/'.join(num(r, 3) for r in reached)}"
+                + (", every one at or below its target" if all(r <= e for r, e in zip(reached, columns))
+                   else ", past its target in some column")
+                + (f", {withheld} clients withheld in all" if withheld else ", no client withheld")
+                + f"; mean accuracy {'/'.join(num(a, 1) for a, _, _ in accuracy)} against Local's "
+                f"{'/'.join(num(l, 1) for _, l, _ in accuracy)} and FedAvg's "
+                f"{'/'.join(num(f, 1) for _, _, f in accuracy)} at the same ε")
+        ahead = [e for e, (a, l, _) in zip(columns, accuracy) if None not in (a, l) and a > l]
+        text += (f" (above Local at ε = {', '.join(map(str, ahead))})" if ahead else
+                 " (below Local in every column)")
+        off = mean(v for v in (_share(s, uniform) for s in _runs(setting, "off", None, method))
+                   if v is not None)
+        if any(v is not None for v in shares):
+            text += (f"; its graph's share inside the true groups "
+                     f"{'/'.join(num(v, 2) if v is not None else DASH for v in shares)}"
+                     + (f" against {num(off, 2)} without DP" if off is not None else "")
+                     + (f" and {num(uniform, 2)} for a blind graph" if uniform is not None else ""))
+        parts.append(text + ".")
+    if not parts:
+        return ""
+    return ("FLT and FedSKA under DP-SGD, with σ calibrated over everything their clients release "
+            "(columns ε = 1/4/8): " + " ".join(parts))
+
+
 def cost_table() -> str:
     """s/round with DP against the same method without it, paired: the same seed's dp = "off" run in
     the same process (`benchmarks.compare --config` runs the grid's cells one after another)."""
@@ -457,7 +512,7 @@ def _setting_block(setting: str) -> str:
     return "\n\n".join(part for part in [
         f"Personalized accuracy (%, {seeds_caption(setting)}; FedAvg and FedAvg+FT: FedAvg's "
         f"global model, before and after the local fine-tuning epoch) on {SETTINGS[setting]}:",
-        accuracy_table(setting), _reading(setting), share_table(setting),
+        accuracy_table(setting), _reading(setting), share_table(setting), _released(setting),
         "Noise multiplier each target ran with, and the ε the accountants ended at (the largest "
         "over every client, method and seed; **stops**: clients, or federations, whose target ended "
         "their training early):", budget_table(setting)] if part)

@@ -53,6 +53,12 @@ class Method:
     server forms one average of the sampled clients' models or its per-client aggregates are linear in
     the clients' models and it opts into the graph layer (strategies/shared/private_aggregation.py).
     `privacy_refused`: why it supports no more modes, named in the error of a run that asks for one.
+    `sample_releases`: under `sample`, what one client releases over a whole run besides the generic
+    rounds' DP-SGD steps (`num-rounds` × `local-epochs` epochs), as accounting entries (noise
+    multiplier, sampling rate, steps): a callable `(cfg, n, noise, upload_noise) -> list[Entry]`
+    (n the client's train samples, `noise` the DP-SGD σ, `upload_noise` σ_u of its noised uploads)
+    or its `"module:function"`; None: it releases nothing more. A benchmark's noise calibration
+    composes them with the DP-SGD steps (benchmarks/compare.py `calibrated_noise`).
     `default`: the run config's `method` when it names none (one registered method says so).
     """
 
@@ -70,6 +76,7 @@ class Method:
     secure_aggregation: bool = False
     privacy: tuple[str, ...] = ()
     privacy_refused: str = ""
+    sample_releases: Callable[..., Any] | str | None = None
     default: bool = False
 
     @property

@@ -250,6 +250,12 @@ def noised_record(record: Any, clip_norm: float, std: float, generator: Any) -> 
     return ArrayRecord(out)
 
 
+def upload_entry(upload_noise_multiplier: float, records: int) -> Entry:
+    """The accounting entry of `records` noised upload records under `dp = 'sample'`
+    (`UploadLedger`): each a Gaussian mechanism at noise multiplier σ_u/2, no subsampling."""
+    return (upload_noise_multiplier / 2.0, 1.0, int(records))
+
+
 class UploadLedger:
     """`dp = 'sample'`, a method whose clients upload more than what DP-SGD trained (descriptors,
     embeddings, split-learning features and gradients): those records leave the client clipped to

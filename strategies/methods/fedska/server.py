@@ -68,6 +68,7 @@ from strategies.methods.fedska.settings import (
     FedSKATrainReply,
     SlotInstructions,
     SlotReply,
+    round_uploads,
 )
 from strategies.shared.client_matrix import ClientMatrixStorage
 from strategies.shared.graph import fresh_graph, structure_share
@@ -235,7 +236,7 @@ class FedSKA(PersonalizedStrategy, PhasedStrategy, CountsTraffic):
         noise, batch_size, epochs = self.sample_schedule
         n = int((self.train_sizes or {}).get(client, 0)) or int(self.num_examples[client])
         rate, steps = sample_schedule(n, batch_size, epochs)
-        records = 2 + self._encoder_steps()
+        records = round_uploads(self.settings)
         if self.sample_uploads.affordable(client, records=records,
                                           entries=[(noise, rate, steps)] if n > 0 else []):
             return True

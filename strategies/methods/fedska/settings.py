@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -98,8 +98,37 @@ class FedSKATrain(TrainInstructions):
     embed_slots: int | None = Field(None, ge=1)
 
 
+def round_uploads(settings: FedSKASection) -> int:
+    """The most noised upload records one round takes from a client under DP (`dp-upload`): its
+    descriptor, its slot features and one slot-loss gradient per encoder step (E_g; none with the
+    identity encoder, which trains nothing)."""
+    return 2 + (settings.encoder_steps if settings.encoder == "gcn" else 0)
+
+
+def run_uploads(settings: FedSKASection, num_rounds: int) -> int:
+    """The noised upload records a client that trains in each of `num_rounds` rounds makes in all.
+    `separate`: `round_uploads` every round. `fused`: round 1's reply carries the descriptor alone
+    (no slot count yet); from round 2 each reply carries the descriptor and the slot features, the
+    round ends with E_g − 1 gradient exchanges, and from round 3 each reply also carries the
+    gradient of the previous round's last exchange (the last round's is never sent)."""
+    steps = settings.encoder_steps if settings.encoder == "gcn" else 0
+    if settings.schedule == "separate" or num_rounds <= 0:
+        return round_uploads(settings) * max(num_rounds, 0)
+    later = num_rounds - 1
+    return 1 + later * (2 + max(steps - 1, 0)) + max(later - 1, 0) * (1 if steps > 0 else 0)
+
+
+def sample_releases(cfg: Any, n: int, noise: float, upload_noise: float) -> list[tuple[float, float, int]]:
+    """`Method.sample_releases`: beside its DP-SGD rounds, a client makes `run_uploads` noised
+    upload records over the run (n and the DP-SGD σ do not change them)."""
+    from strategies.shared.privacy import upload_entry
+
+    return [upload_entry(upload_noise, run_uploads(cfg.fedska, cfg.num_rounds))]
+
+
 # the registry entry (`strategies.shared.method.Method`), read through the package's __init__
 METHODS = (Method("fedska", "strategies.methods.fedska.server:build_fedska", "fedska", FedSKASection, {
     "train.fedska": "client_app.methods.fedska:train", "query.ska_embed": "client_app.methods.fedska:embed",
     "query.ska_grad": "client_app.methods.fedska:slot_gradient"}, limits={"k": "other-clients"}, safeguard=True, privacy=("sample", "client"),
+           sample_releases=sample_releases,
            summary="FedSKA: unsupervised client-graph learning (denoising structure learner), split-learning GNN encoder whose features regularise local training"),)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -85,8 +85,20 @@ class EmbedReply(Record):
     num_examples: int = Field(ge=0)
 
 
+def sample_releases(cfg: Any, n: int, noise: float, upload_noise: float) -> list[tuple[float, float, int]]:
+    """`Method.sample_releases`: beside the classifier's DP-SGD rounds, a client of n train samples
+    trains the autoencoder by DP-SGD at the run's σ (`flt.ae-rounds` rounds of `flt.ae-epochs`
+    epochs at `flt.ae-batch-size`) and uploads its centroids once (one noised record, FCR)."""
+    from strategies.shared.privacy import sample_schedule, upload_entry
+
+    s = cfg.flt
+    rate, steps = sample_schedule(n, s.ae_batch_size, s.ae_epochs)
+    return [(noise, rate, steps * s.ae_rounds), upload_entry(upload_noise, 1)]
+
+
 # the registry entry (`strategies.shared.method.Method`), read through the package's __init__
 METHODS = (Method("flt", "strategies.methods.flt.server:build_flt", "flt", FLTSection, {"train.flt_ae": "client_app.methods.flt:train_autoencoder",
                                                      "query.flt_embed": "client_app.methods.flt:embed"},
                   limits={"clusters": "clients"}, safeguard=True, privacy=("sample", "client"),
+                  sample_releases=sample_releases,
            summary="FLT: one-shot client relatedness (autoencoder codes → k-means centroids → UMAP → threshold graph) + graph-weighted averaging of per-client models"),)
