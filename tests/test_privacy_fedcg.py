@@ -14,11 +14,9 @@ import math
 import numpy as np
 import pytest
 import torch
-from flwr.app import ArrayRecord
 
-from strategies.shared.messages import CLIENT, ClientAddress
-from strategies.shared.privacy import DP_UPLOAD, UploadInstructions, clip_scale
 from strategies.shared.run_config import RunConfig, default_run_config
+from tests.upload_noise import counting_uploads
 
 RUN = {"method": "fedcg", "dataset": "digits", "model": "cnn", "partition": "domains",
        "domain-family": "styles", "domains-per-client": 2, "num-clients": 4, "num-rounds": 2,
@@ -115,38 +113,6 @@ def test_dp_sgd_on_a_fedcg_model_is_sgd_plus_gaussian_noise_on_every_parameter()
         assert not torch.equal(trained[1e-3][name], trained[1e-12][name]), name
 
 
-def _counting(seen: dict[int, int], noise: list[float]):
-    """The `dp-upload` layer, wrapped: counts the records it noised per client and keeps the noise
-    it added to each value (the value sent − the clipped plain value)."""
-    from client_app.private_upload import around
-
-    def counting(handler, message, context):
-        plain = {}
-
-        def keep(m, c):
-            reply = handler(m, c)
-            plain.update({name: {k: reply.content[name][k].numpy().copy()
-                                 for k in reply.content[name].keys()}
-                          for name in UploadInstructions.read(m.content[DP_UPLOAD]).records
-                          if name in reply.content and isinstance(reply.content[name], ArrayRecord)})
-            return reply
-
-        reply = around(keep, message, context)
-        ins = UploadInstructions.read(message.content[DP_UPLOAD])
-        client = ClientAddress.read(message.content[CLIENT]).client_id
-        for name, values in plain.items():
-            seen[client] = seen.get(client, 0) + 1
-            norm = math.sqrt(sum(float(np.square(v.astype(np.float64)).sum())
-                                 for v in values.values()))
-            scale = clip_scale(norm, ins.clip_norm)
-            for key, value in values.items():
-                sent = reply.content[name][key].numpy().astype(np.float64)
-                noise.extend((sent - value.astype(np.float64) * scale).ravel().tolist())
-        return reply
-
-    return counting
-
-
 def _expected_epsilon(n: int, rounds: int, uploads: int) -> float:
     """Opacus' RDP of a FedCG client's schedule, from its train size alone: each round the model's
     and the student's DP-SGD (Poisson rate 1/⌈n/B⌉, ⌈n/B⌉ steps an epoch), and each noised balance
@@ -178,7 +144,7 @@ def test_fedcg_under_sample_dp_reports_opacus_epsilon_of_its_schedule_and_noises
     noise: list[float] = []
     layers._wrapper("client_app.private_upload:around")
     monkeypatch.setitem(layers._WRAPPERS, "client_app.private_upload:around",
-                        _counting(seen, noise))
+                        counting_uploads(seen, noise))
     summary = simulate_run(tmp_path, "s")
     rows = [r for r in _rounds(tmp_path / "s") if r["round"] > 0]
     assert [r["clients-trained"] for r in rows] == [4, 4]
@@ -304,7 +270,7 @@ def test_fedcg_under_client_dp_reports_each_clients_epsilon_of_its_aggregates_an
     noise: list[float] = []
     layers._wrapper("client_app.private_upload:around")
     monkeypatch.setitem(layers._WRAPPERS, "client_app.private_upload:around",
-                        _counting(seen, noise))
+                        counting_uploads(seen, noise))
     summary = simulate_run(tmp_path, "c", **{k: v for k, v in CLIENT_RUN.items() if k not in RUN
                                              or RUN[k] != v})
     rows = [r for r in _rounds(tmp_path / "c") if r["round"] > 0]

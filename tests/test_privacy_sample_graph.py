@@ -13,12 +13,10 @@ import math
 
 import numpy as np
 import pytest
-from flwr.app import ArrayRecord
 
 from server_app.harness.simulate import simulate
-from strategies.shared.messages import CLIENT, ClientAddress
-from strategies.shared.privacy import DP_UPLOAD, UploadInstructions, clip_scale
 from strategies.shared.run_config import RunConfig, default_run_config
+from tests.upload_noise import counting_uploads
 
 RUN = {"dataset": "digits", "model": "mclr", "partition": "label-clusters", "num-clusters": 2,
        "labels-per-cluster": 5, "num-clients": 4, "num-rounds": 2, "local-epochs": 1,
@@ -28,38 +26,6 @@ RUN = {"dataset": "digits", "model": "mclr", "partition": "label-clusters", "num
        "dp-upload-clip-norm": 2.0, "fedska.k": 1, "fedska.structure-steps": 2,
        "fedska.encoder-steps": 2, "fedska.schedule": "separate", "method": "fedska"}
 ORDERS = [1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64))  # Opacus' default orders
-
-
-def _counting(seen: dict[int, int], noise: list[float]):
-    """The `dp-upload` layer, wrapped: counts the records it noised per client and keeps, for each,
-    the noise it added (noised value − the clipped plain value)."""
-    from client_app.private_upload import around
-
-    def counting(handler, message, context):
-        plain = {}
-
-        def keep(m, c):
-            reply = handler(m, c)
-            plain.update({name: {k: reply.content[name][k].numpy().copy()
-                                 for k in reply.content[name].keys()}
-                          for name in UploadInstructions.read(m.content[DP_UPLOAD]).records
-                          if name in reply.content and isinstance(reply.content[name], ArrayRecord)})
-            return reply
-
-        reply = around(keep, message, context)
-        ins = UploadInstructions.read(message.content[DP_UPLOAD])
-        client = ClientAddress.read(message.content[CLIENT]).client_id
-        for name, values in plain.items():
-            seen[client] = seen.get(client, 0) + 1
-            norm = math.sqrt(sum(float(np.square(v.astype(np.float64)).sum())
-                                 for v in values.values()))
-            scale = clip_scale(norm, ins.clip_norm)
-            for key, value in values.items():
-                sent = reply.content[name][key].numpy().astype(np.float64)
-                noise.extend((sent - value.astype(np.float64) * scale).ravel().tolist())
-        return reply
-
-    return counting
 
 
 def test_fedska_under_sample_dp_composes_dp_sgd_and_noised_uploads_in_rdp(tmp_path, monkeypatch):
@@ -72,7 +38,7 @@ def test_fedska_under_sample_dp_composes_dp_sgd_and_noised_uploads_in_rdp(tmp_pa
     noise: list[float] = []
     layers._wrapper("client_app.private_upload:around")
     monkeypatch.setitem(layers._WRAPPERS, "client_app.private_upload:around",
-                        _counting(seen, noise))
+                        counting_uploads(seen, noise))
     summary = simulate({**RUN, "output-dir": str(tmp_path), "run-name": "s"})
     rows = [json.loads(line) for line in (tmp_path / "s" / "rounds.jsonl").read_text().splitlines()]
     assert all(r["clients-trained"] == 4 for r in rows if r["round"] > 0)  # round 2: with L_S
@@ -159,7 +125,7 @@ def test_flt_under_sample_dp_charges_dp_adam_autoencoder_steps_classifier_steps_
     noise: list[float] = []
     layers._wrapper("client_app.private_upload:around")
     monkeypatch.setitem(layers._WRAPPERS, "client_app.private_upload:around",
-                        _counting(seen, noise))
+                        counting_uploads(seen, noise))
     summary = simulate({**FLT_RUN, "output-dir": str(tmp_path), "run-name": "f"})
     rows = [json.loads(line) for line in (tmp_path / "f" / "rounds.jsonl").read_text().splitlines()]
     per_round = [r["privacy"]["epsilon-per-client"] for r in rows if r["round"] > 0]
