@@ -796,3 +796,48 @@ def untuned_twin(prefix: str) -> str:
         f"{len(below['committed'])} settings committed ({', '.join(below['committed']) or 'none'}), "
         f"{len(below['twin'])} with the twin ({', '.join(below['twin']) or 'none'}).",
     ])
+
+
+# --- the +2 target where groups exist: the two settings below it at two more seeds each, FLT's
+# graph alone (safeguard off) and a cluster average of it (benchmarks/studies/untuned.py) ----------
+UNTUNED_GROUP_SHORT = ("u05-label-clusters", "issue-label-clusters-n50")  # groups, Δ below +2
+
+
+@block("flt-untuned-groups")
+def untuned_groups(prefix: str) -> str:
+    """FLT − the best baseline on the settings with groups that stayed below +2, at three seeds each:
+    with the defaults, with its graph alone (`safeguard=off`) and, for the issue's case, with one
+    average per Ward cluster of its graph (`flt.clusters=5`, the case's number of groups)."""
+    default = _untuned_rows("untuned-groups-seeds")
+    alone = _untuned_rows("untuned-groups-seeds-graph-alone")
+    ward = _untuned_rows("untuned-issue-seeds-ward5")
+    after = _untuned_rows("untuned-after")
+    for base in UNTUNED_GROUP_SHORT:
+        if default[base]["means"] != after[base]["means"]:
+            raise ValueError(f"untuned-groups-seeds: {base} does not reproduce untuned-after's "
+                             f"numbers ({default[base]['means']} vs {after[base]['means']})")
+    rows, lines = [], []
+    for base in UNTUNED_GROUP_SHORT:
+        family = _seed_family(default, base)
+        for r in family:
+            n = r["name"]
+            rows.append([n, str(r["seed"]), num(r["means"]["local"]), num(r["means"]["fedavg+FT"]),
+                         signed(_untuned_delta(r)), signed(_untuned_delta(alone[n])),
+                         signed(_untuned_delta(ward[n])) if n in ward else "—"])
+        mean = lambda rows_: sum(_untuned_delta(x) for x in rows_) / len(rows_)
+        reached = sum(_untuned_delta(r) >= 2.0 for r in family)
+        text = (f"**{base}**: Δ mean {signed(mean(family))} with the defaults ({reached} of "
+                f"{len(family)} seeds at +2 or more), {signed(mean([alone[r['name']] for r in family]))} "
+                "with the graph alone")
+        if all(r["name"] in ward for r in family):
+            text += f", {signed(mean([ward[r['name']] for r in family]))} with Ward's clusters"
+        best_error = sum(100.0 - max(r["means"][b] for b in ("fedavg", "fedavg+FT", "local"))
+                         for r in family) / len(family)
+        lines.append(text + f"; the best baseline's error is {num(best_error)} % on average, "
+                     "the most any method can gain.")
+    return "\n".join([
+        table(("setting", "seed", "Local", "FedAvg+FT", "Δ defaults", "Δ graph alone",
+               "Δ Ward clusters"), rows, "lrrrrrr"),
+        "",
+        *[f"- {line}" for line in lines],
+    ])
