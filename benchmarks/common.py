@@ -1,11 +1,13 @@
 """What the benchmark scripts share: the results folder, progress logging, the command-line parser,
 `--set key=value` parsing, the provenance every results file starts with (the command, date, code
 version and machine: `machine_facts`, `library_versions`, `code_version`, `provenance`,
-`versions_line`) and the Markdown tables of the results pages (`markdown_table`)."""
+`versions_line`), the Markdown tables of the results pages (`markdown_table`) and the writer of a
+study's results files (`write_study`)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import platform
@@ -141,6 +143,28 @@ def set_threads(threads: int) -> None:
         import torch
 
         torch.set_num_threads(threads)
+
+
+# --- writing a study's results -------------------------------------------------------------------
+def write_study(results_dir: str | Path, name: str, payload: Any, markdown: str, *, indent: int = 1,
+                final_newline: bool = False, echo: str | None = "page") -> Path:
+    """Write a benchmark's results into `results_dir` (created if missing): `<name>.json`, `payload`
+    as JSON with `indent` (a value JSON cannot hold written as its `str()`; a final newline with
+    `final_newline`), and `<name>.md`, `markdown` as it is. Then print, by `echo`: "page" the
+    Markdown, "paths" the line `written: <results_dir>/<name>.md/.json`, None nothing. Returns the
+    JSON file's path."""
+    if echo not in ("page", "paths", None):
+        raise ValueError(f"write_study: echo must be 'page', 'paths' or None, got {echo!r}")
+    out = Path(results_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / f"{name}.json"
+    target.write_text(json.dumps(payload, indent=indent, default=str) + ("\n" if final_newline else ""))
+    (out / f"{name}.md").write_text(markdown)
+    if echo == "page":
+        print(markdown)
+    elif echo == "paths":
+        print(f"written: {out / name}.md/.json")
+    return target
 
 
 # --- the results pages: the docs' renderer (docs/render.py), which the benchmarks' pages share ------

@@ -39,6 +39,7 @@ from benchmarks.common import (
     parse_set,
     progress,
     set_threads,
+    write_study,
 )
 from docs.results.compare import (  # the page of a comparison, as the docs render it  # noqa: F401
     COLUMNS,
@@ -155,10 +156,8 @@ def compare(
     }
     if earlier is not None:
         meta, summaries = merged(earlier, meta, summaries, order)
-    results_dir.mkdir(parents=True, exist_ok=True)
-    (results_dir / f"{name}.json").write_text(
-        json.dumps({**meta, "summaries": summaries}, indent=2, default=str))
-    (results_dir / f"{name}.md").write_text(markdown(meta, summaries))
+    write_study(results_dir, name, {**meta, "summaries": summaries}, markdown(meta, summaries), indent=2,
+                echo=None)
     plot(summaries, results_dir / f"{name}.png", title=name)
     report = write_comparison_report(
         runs_dir / "report.html", name, command, columns_for(report_summaries),

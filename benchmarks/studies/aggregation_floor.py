@@ -31,6 +31,7 @@ from benchmarks.common import (
     code_version,
     machine_facts,
     set_threads,
+    write_study,
 )
 from docs.results.studies import aggregation_floor as markdown
 from benchmarks.studies.sfl_scale import graphs
@@ -84,9 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": machine_facts(), "code": code_version(),
     }
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    (RESULTS_DIR / f"{args.name}.json").write_text(json.dumps({**meta, "rows": rows}, indent=2))
-    (RESULTS_DIR / f"{args.name}.md").write_text(markdown(meta, rows))
+    write_study(RESULTS_DIR, args.name, {**meta, "rows": rows}, markdown(meta, rows), indent=2, echo=None)
     return 0
 
 

@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.common import benchmark_parser, code_version, machine_facts, markdown_table
+from benchmarks.common import benchmark_parser, code_version, machine_facts, markdown_table, write_study
 
 REPO = Path(__file__).resolve().parent.parent.parent
 RESULTS = REPO / "benchmarks" / "results"
@@ -122,12 +122,11 @@ def main() -> None:
              f"processes. Job: the deploy benchmark's ({args.method}, digits, cnn, "
              f"{JOB['max-samples-per-client']} samples per client, 1 local epoch).", "",
              *stage_table(rows, wall)]
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{args.name}.md").write_text("\n".join(lines) + "\n")
-    (RESULTS / f"{args.name}.json").write_text(json.dumps(
-        {"stages": stages, "interpreter-start": starts, "runs": [r for r, _ in runs],
-         "walls": [w for _, w in runs], "job": job, "machine": machine, "code": code_version(),
-         "command": "python -m benchmarks.studies.client_profile " + " ".join(sys.argv[1:])}, indent=2) + "\n")
+    write_study(RESULTS, args.name,
+                {"stages": stages, "interpreter-start": starts, "runs": [r for r, _ in runs],
+                 "walls": [w for _, w in runs], "job": job, "machine": machine, "code": code_version(),
+                 "command": "python -m benchmarks.studies.client_profile " + " ".join(sys.argv[1:])},
+                "\n".join(lines) + "\n", indent=2, final_newline=True, echo=None)
     print("\n".join(lines))
 
 

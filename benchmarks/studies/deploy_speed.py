@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import benchmark_parser, code_version, machine_facts, markdown_table
+from benchmarks.common import benchmark_parser, code_version, machine_facts, markdown_table, write_study
 from server_app.harness import deploy
 from server_app.harness.loopback import LoopbackFederation
 from server_app.harness.outcome import RunFailedError, check_run
@@ -218,12 +218,11 @@ def methods_table(rows: list[dict]) -> list[str]:
 
 def save(rows: list[dict]) -> None:
     """Write the results so far (after every run, so an interrupted session keeps its table)."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{ARGS.name}.json").write_text(json.dumps(
-        {"rows": rows, "failures": FAILURES, "job": JOB, "machine": machine_facts(),
-         "code": code_version(),
-         "command": "python -m benchmarks.studies.deploy_speed " + " ".join(sys.argv[1:])}, indent=2) + "\n")
-    (RESULTS / f"{ARGS.name}.md").write_text(report(rows, ARGS))
+    write_study(RESULTS, ARGS.name,
+                {"rows": rows, "failures": FAILURES, "job": JOB, "machine": machine_facts(),
+                 "code": code_version(),
+                 "command": "python -m benchmarks.studies.deploy_speed " + " ".join(sys.argv[1:])},
+                report(rows, ARGS), indent=2, final_newline=True, echo=None)
 
 
 def main() -> None:

@@ -17,7 +17,6 @@ seen domains. Same data settings as `benchmarks.studies.fedcg_domains` (its DEFA
 
 from __future__ import annotations
 
-import json
 import logging
 import shlex
 import sys
@@ -34,6 +33,7 @@ from benchmarks.common import (
     machine_facts,
     parse_set,
     set_threads,
+    write_study,
 )
 from docs.results.studies import fedcg_ceiling as markdown
 from benchmarks.studies.fedcg_domains import DEFAULTS
@@ -119,10 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "date": started.strftime("%Y-%m-%d %H:%M UTC"), "machine": machine_facts(),
             "code": code_version(), "settings": {k: v for k, v in cfg.flat().items()},
             "epochs": args.epochs, "lr": args.lr}
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    (RESULTS_DIR / f"{args.name}.json").write_text(json.dumps({**meta, "rows": rows}, indent=2, default=str))
-    (RESULTS_DIR / f"{args.name}.md").write_text(markdown(meta, rows))
-    print(markdown(meta, rows))
+    write_study(RESULTS_DIR, args.name, {**meta, "rows": rows}, markdown(meta, rows), indent=2)
     return 0
 
 

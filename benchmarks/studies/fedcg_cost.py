@@ -26,7 +26,6 @@ Writes `benchmarks/results/<name>.{md,json}`.
 
 from __future__ import annotations
 
-import json
 import shlex
 import statistics
 import sys
@@ -48,6 +47,7 @@ from benchmarks.common import (
     markdown_table,
     provenance,
     set_threads,
+    write_study,
 )
 from client_app.app import app as client_app
 from models import build_model
@@ -193,10 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         *cost_table(rows),
     ]
     lines.append("")
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    (RESULTS_DIR / f"{args.name}.md").write_text("\n".join(lines))
-    (RESULTS_DIR / f"{args.name}.json").write_text(json.dumps({**meta, "rows": rows}, indent=2))
-    print(f"written: {RESULTS_DIR / args.name}.md/.json")
+    write_study(RESULTS_DIR, args.name, {**meta, "rows": rows}, "\n".join(lines), indent=2, echo="paths")
     return 0
 
 

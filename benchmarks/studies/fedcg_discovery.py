@@ -24,7 +24,6 @@ Writes `benchmarks/results/<name>.{md,json}`.
 
 from __future__ import annotations
 
-import json
 import logging
 import shlex
 import sys
@@ -41,6 +40,7 @@ from benchmarks.common import (
     machine_facts,
     parse_set,
     set_threads,
+    write_study,
 )
 from docs.results.studies import fedcg_discovery as markdown
 from benchmarks.studies.fedcg_domains import DEFAULTS
@@ -170,10 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     meta = {"name": args.name, "command": "python -m benchmarks.studies.fedcg_discovery " + shlex.join(argv),
             "date": started.strftime("%Y-%m-%d %H:%M UTC"), "machine": machine_facts(),
             "code": code_version(), "settings": settings, "variants": variants, "seeds": seeds}
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    (RESULTS_DIR / f"{args.name}.json").write_text(json.dumps({**meta, "rows": rows}, indent=2, default=str))
-    (RESULTS_DIR / f"{args.name}.md").write_text(markdown(meta, rows))
-    print(markdown(meta, rows))
+    write_study(RESULTS_DIR, args.name, {**meta, "rows": rows}, markdown(meta, rows), indent=2)
     return 0
 
 

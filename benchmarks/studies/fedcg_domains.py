@@ -46,6 +46,7 @@ from benchmarks.common import (
     machine_facts,
     parse_set,
     set_threads,
+    write_study,
 )
 from docs.results.studies import fedcg_domains as markdown, fedcg_domains_plot as plot
 from benchmarks.compare import RUNS_DIR, read_rounds
@@ -193,12 +194,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "test-clients": len(test_clients), "seeds": seeds,
             "domains": list(dict.fromkeys(domain_name(truth, c) for c in test_clients)),
             "runs-dir": str(runs_dir)}
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    (RESULTS_DIR / f"{args.name}.json").write_text(json.dumps({**meta, "rows": rows}, indent=2,
-                                                              default=str))
-    (RESULTS_DIR / f"{args.name}.md").write_text(markdown(meta, rows))
+    write_study(RESULTS_DIR, args.name, {**meta, "rows": rows}, markdown(meta, rows), indent=2)
     plot(rows, RESULTS_DIR / f"{args.name}.png", args.name)
-    print(markdown(meta, rows))
     return 0
 
 

@@ -16,7 +16,6 @@ average before and after each step (the machine may be shared) and the run's fin
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -37,6 +36,7 @@ from benchmarks.common import (
     code_version,
     machine_facts,
     progress,
+    write_study,
 )
 from docs.results.studies import first_run as markdown
 
@@ -146,11 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"name": args.name, "command": "python -m benchmarks.studies.first_run " + shlex.join(argv),
             "date": started.strftime("%Y-%m-%d %H:%M UTC"), "machine": machine_facts(),
             "code": code_version()}
-    results_dir = Path(args.results_dir)
-    results_dir.mkdir(parents=True, exist_ok=True)
-    (results_dir / f"{args.name}.json").write_text(json.dumps({**meta, **result}, indent=2))
-    (results_dir / f"{args.name}.md").write_text(markdown(meta, result))
-    print(markdown(meta, result))
+    write_study(args.results_dir, args.name, {**meta, **result}, markdown(meta, result), indent=2)
     return 0 if all(row["rc"] == 0 for row in result["steps"].values()) else 1
 
 

@@ -55,6 +55,7 @@ from benchmarks.common import (
     progress,
     provenance,
     set_threads,
+    write_study,
 )
 from datasets.federated import DataSpec, load_client_data
 from models import build_model
@@ -584,13 +585,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "reps": args.reps,
     }
     text = report(meta, timings, profile, handlers)
-    (results_dir / f"{args.name}.md").write_text(text)
-    (results_dir / f"{args.name}.json").write_text(json.dumps(
-        {**meta, "timings": {str(n): t for n, t in timings.items()}, "profile": profile,
-         "handlers": handlers},
-        indent=2, default=str))
     print(speed_table(timings))
-    print(f"written: {results_dir / args.name}.md/.json")
+    write_study(results_dir, args.name,
+                {**meta, "timings": {str(n): t for n, t in timings.items()}, "profile": profile,
+                 "handlers": handlers}, text, indent=2, echo="paths")
     return 0
 
 

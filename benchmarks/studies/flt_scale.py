@@ -54,6 +54,7 @@ from benchmarks.common import (
     machine_facts,
     markdown_table,
     set_threads,
+    write_study,
 )
 from docs.results.studies import _pct, flt_scale as markdown
 from strategies.shared.graph import share_inside_groups
@@ -371,12 +372,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     meta = {"command": " ".join(["python -m benchmarks.studies.flt_scale", shlex.join(argv)]).strip(),
             "date": started.strftime("%Y-%m-%d %H:%M UTC"), "machine": machine_facts(),
             "code": code_version(), "args": vars(args), "client-side": client_side}
-    results = Path(args.results_dir)
-    results.mkdir(parents=True, exist_ok=True)
-    (results / f"{args.name}.json").write_text(
-        json.dumps({**meta, "fcr": fcr, "aggregation": agg}, indent=2, default=str))
-    (results / f"{args.name}.md").write_text(markdown(meta, fcr, agg))
-    print(f"written: {results / args.name}.md/.json")
+    write_study(args.results_dir, args.name, {**meta, "fcr": fcr, "aggregation": agg},
+                markdown(meta, fcr, agg), indent=2, echo="paths")
     return 0
 
 

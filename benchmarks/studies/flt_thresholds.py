@@ -16,7 +16,6 @@ smallest across, as fractions of the median. Writes `benchmarks/results/<name>.{
 
 from __future__ import annotations
 
-import json
 import shlex
 import sys
 import tempfile
@@ -33,6 +32,7 @@ from benchmarks.common import (
     code_version,
     machine_facts,
     set_threads,
+    write_study,
 )
 from docs.results.studies import flt_thresholds as markdown
 from benchmarks.suite import data_budget
@@ -108,11 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     meta = {"name": args.name, "command": "python -m benchmarks.studies.flt_thresholds " + shlex.join(argv),
             "date": started.strftime("%Y-%m-%d %H:%M UTC"), "machine": machine_facts(),
             "code": code_version()}
-    out = Path(args.results_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{args.name}.md").write_text(markdown(meta, rows))
-    (out / f"{args.name}.json").write_text(json.dumps({**meta, "rows": rows}, indent=1))
-    print(markdown(meta, rows))
+    write_study(args.results_dir, args.name, {**meta, "rows": rows}, markdown(meta, rows))
     return 0
 
 

@@ -57,6 +57,7 @@ from benchmarks.common import (
     machine_facts,
     markdown_table,
     provenance,
+    write_study,
 )
 from server_app.harness.outcome import run_config_arg
 
@@ -331,11 +332,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "args": vars(args) | {"results_dir": None},
         "notes": NOTES,
     }
-    results = Path(args.results_dir)
-    results.mkdir(parents=True, exist_ok=True)
-    (results / f"{args.name}.json").write_text(json.dumps({**meta, "rows": rows}, indent=2) + "\n")
-    (results / f"{args.name}.md").write_text(markdown(meta, rows))
-    print(markdown(meta, rows))
+    write_study(args.results_dir, args.name, {**meta, "rows": rows}, markdown(meta, rows), indent=2,
+                final_newline=True)
     return 0
 
 

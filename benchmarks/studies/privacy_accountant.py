@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import (RESULTS_DIR, benchmark_parser, code_version, machine_facts,
-                               markdown_table, provenance, set_threads)
+                               markdown_table, provenance, set_threads, write_study)
 
 CELL = {"dataset": "mnist", "num-clients": 12, "num-rounds": 6, "model": "mlp",
         "max-samples-per-client": 200, "local-epochs": 1, "batch-size": 32, "lr": 0.05,
@@ -121,10 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
              "", f"Median: {statistics.median(before):.2f} s/round before, "
              f"{statistics.median(after):.2f} s/round cached, ratio {statistics.median(ratios):.1f}×.",
              ""]
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    (RESULTS_DIR / f"{args.name}.md").write_text("\n".join(lines))
-    (RESULTS_DIR / f"{args.name}.json").write_text(json.dumps({**meta, "rows": rows}, indent=2))
-    print(f"written: {RESULTS_DIR / args.name}.md/.json")
+    write_study(RESULTS_DIR, args.name, {**meta, "rows": rows}, "\n".join(lines), indent=2, echo="paths")
     return 0
 
 

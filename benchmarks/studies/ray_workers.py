@@ -32,6 +32,7 @@ from benchmarks.common import (
     log_progress,
     machine_facts,
     markdown_table,
+    write_study,
 )
 from benchmarks.parallel import without_timings
 
@@ -107,12 +108,9 @@ def main(argv: Sequence[str] | None = None) -> int:
              "- identical: every number of every run equals the serial run's once wall times are "
              "removed (`benchmarks.parallel.without_timings`)", "",
              *workers_table(rows)]
-    out = Path(args.results_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "ray-workers.md").write_text("\n".join(lines) + "\n")
-    (out / "ray-workers.json").write_text(json.dumps(
-        {"command": command, "date": started, "machine": machine, "code": code,
-         "workers": args.workers, "rows": rows}, indent=1))
+    write_study(args.results_dir, "ray-workers",
+                {"command": command, "date": started, "machine": machine, "code": code,
+                 "workers": args.workers, "rows": rows}, "\n".join(lines) + "\n", echo=None)
     print("\n".join(lines))
     return 0
 

@@ -40,6 +40,7 @@ from benchmarks.common import (
     log_progress,
     machine_facts,
     markdown_table,
+    write_study,
 )
 
 GIB = 1024**3
@@ -164,14 +165,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     lines += ["", f"In memory the peak follows {fit} GiB (fitted to the in-memory rows): "
               f"{args.budget_gib:g} GiB is reached at about **{largest:,} clients**; with "
               "the matrices memory-mapped, what must stay resident is the anon column.", ""]
-    out = Path(args.results_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "server-memory.md").write_text("\n".join(lines))
-    (out / "server-memory.json").write_text(json.dumps(
-        {"command": command, "date": started, "machine": machine, "code": code,
-         "memory": memory, "mapped": mapped, "fit": coeffs.tolist(), "largest": largest},
-        indent=1))
-    print("\n".join(lines))
+    write_study(args.results_dir, "server-memory",
+                {"command": command, "date": started, "machine": machine, "code": code,
+                 "memory": memory, "mapped": mapped, "fit": coeffs.tolist(), "largest": largest},
+                "\n".join(lines))
     return 0
 
 

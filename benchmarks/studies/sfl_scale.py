@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import gc
 import itertools
-import json
 import shlex
 import statistics
 import sys
@@ -34,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.common import benchmark_parser, log_progress, progress
+from benchmarks.common import benchmark_parser, log_progress, progress, write_study
 from docs.results.studies import sfl_scale as markdown
 from strategies.methods.sfl.gcn import GCNPropagation
 from strategies.shared.graph import row_normalize
@@ -177,11 +176,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "code": code_version(), "hops": args.hops, "alpha": args.alpha, "k": args.k,
         "reps": args.reps, "slow": args.slow, "threads": torch.get_num_threads(),
     }
-    results = Path(args.results_dir)
-    results.mkdir(parents=True, exist_ok=True)
-    (results / f"{args.name}.json").write_text(json.dumps({**meta, "rows": rows}, indent=2))
-    (results / f"{args.name}.md").write_text(markdown(meta, rows))
-    print(f"written: {results / args.name}.md/.json")
+    write_study(args.results_dir, args.name, {**meta, "rows": rows}, markdown(meta, rows), indent=2,
+                echo="paths")
     return 0
 
 

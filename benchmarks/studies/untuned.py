@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import (RESULTS_DIR, benchmark_parser, code_version, log_progress,
-                               machine_facts, set_threads)
+                               machine_facts, set_threads, write_study)
 from docs.results.studies import UNTUNED_BASELINES as BASELINES, untuned as markdown
 
 LIST = Path(__file__).resolve().parent.parent / "experiments" / "untuned.toml"
@@ -210,10 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "date": started, "machine": machine_facts(), "code": code_version(),
             "list": str(path.relative_to(Path.cwd())) if path.is_absolute() and path.is_relative_to(Path.cwd()) else str(path),
             "common": common, "baselines": args.baselines}
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{args.name}.json").write_text(json.dumps({**meta, "rows": rows}, indent=1, default=str))
-    (out / f"{args.name}.md").write_text(markdown(meta, rows))
-    print(markdown(meta, rows))
+    write_study(out, args.name, {**meta, "rows": rows}, markdown(meta, rows))
     return 0
 
 
