@@ -35,12 +35,12 @@ def result_fields(result: Evaluation, prefix: str = "") -> dict[str, float]:
     return fields
 
 
-def _finetune(model, x, y, ins: EvaluateInstructions, client: int) -> None:
+def _finetune(model, x, y, ins: EvaluateInstructions, client: int, keep=None) -> None:
     """The evaluation's `finetune-epochs` local epochs on (x, y), in place (the same seeded batch
-    order for every model a client fine-tunes)."""
+    order for every model a client fine-tunes; `keep`: `train_epochs`' mask)."""
     train_epochs(model, x, y, epochs=ins.finetune_epochs, batch_size=ins.batch_size, lr=ins.lr,
                  momentum=ins.momentum,
-                 generator=seeded_generator(ins.seed, client, ins.server_round, 7))
+                 generator=seeded_generator(ins.seed, client, ins.server_round, 7), keep=keep)
 
 
 def evaluate_global(message: Message, rt: ClientRuntime, ins: EvaluateInstructions,

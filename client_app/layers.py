@@ -5,8 +5,8 @@ A feature that several methods opt into travels as one record of its own beside 
 DP's noise on non-model uploads, `dp-upload`, `client_app/private_upload.py`). When a train,
 evaluate or query request carries such a record, the ClientApp runs the method's handler inside that
 feature's layer (`layered`); the layer's module is imported only then. A local update asks the
-active layer where training starts (`Layer.start`), which train samples it uses (`train_index`) and
-what follows training (`trained`); outside any layer these change nothing, so a method whose
+active layer where training starts (`Layer.start`), which train samples it uses (`train_index`, and
+how they are batched, `whole_split_batches`) and what follows training (`trained`); outside any layer these change nothing, so a method whose
 requests carry no layer record runs exactly its own step.
 """
 
@@ -44,6 +44,12 @@ class Layer:
         """The train-split indices to train on; None: every sample."""
         return None
 
+    def whole_split_batches(self) -> bool:
+        """Whether a local update over `train_index` batches the whole train split and leaves the
+        other samples out of each batch (`train_epochs`' `keep`), rather than batching the
+        indexed part itself: False."""
+        return False
+
     def trained(self, rt: Any, ins: Any, model: nn.Module) -> int:
         """Called once `model` is trained, before it is sent; returns the samples it added to the
         reply's `num-examples` (0)."""
@@ -78,6 +84,20 @@ def training_tensors(rt: Any, ins: Any) -> tuple[torch.Tensor, torch.Tensor]:
         return x, y
     index = index.to(x.device)
     return x[index], y[index]
+
+
+def training_split(rt: Any, ins: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """(x, y, keep) for `train_epochs`: the part a local update trains on (`training_tensors`,
+    keep None), or, where the layer batches the whole split (`Layer.whole_split_batches`), the whole
+    train split and the mask of that part."""
+    layer = active()
+    index = layer.train_index(rt, ins)
+    if index is None or not layer.whole_split_batches():
+        return (*training_tensors(rt, ins), None)
+    x, y = rt.tensors("train")
+    keep = torch.zeros(len(y), dtype=torch.bool, device=x.device)
+    keep[index.to(x.device)] = True
+    return x, y, keep
 
 
 _WRAPPERS: dict[str, Wrapper] = {}

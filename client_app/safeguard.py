@@ -6,7 +6,9 @@ client's own. With the safeguard on (run config `safeguard = "mix"`; train and e
 carry a `safeguard` record, `SafeguardInstructions`, with its `holdout` and `grid`), every client
 
 1. holds out a fixed slice of its train split (`safeguard-holdout`, at least one sample; the same slice
-   every round: a seeded permutation of (seed, client id)) and trains only on the rest;
+   every round: a seeded permutation of (seed, client id)) and trains only on the rest (batched as
+   the rest, or, with `batches` "whole-split" in the record, in the batches an epoch over the whole
+   split makes, each less its held-out samples: `finetune_slice_free`, `Layer.whole_split_batches`);
 2. keeps its own model, the one it last trained, in its node's `context.state`;
 3. on receiving the method's model(s), tests the mixes (1 − a)·own + a·received for a on a grid of
    `grid` points in [0, 1] (for each received model) on the held-out slice, and takes the
@@ -104,6 +106,20 @@ def training_tensors(rt: ClientRuntime, ins, guard: SafeguardInstructions
     x, y = rt.tensors("train")
     index = train_index(rt, ins, guard).to(x.device)
     return x[index], y[index]
+
+
+def finetune_slice_free(rt: ClientRuntime, ins, guard: SafeguardInstructions,
+                        model: torch.nn.Module) -> None:
+    """The evaluation's fine-tuning (`finetune-epochs`) on the train split less the held-out slice,
+    batched as the record says (`batches`: "whole-split", the whole split's batches less the slice's
+    samples; else the part's own batches), in place."""
+    if guard.batches != "whole-split":
+        _finetune(model, *training_tensors(rt, ins, guard), ins, rt.client_id)
+        return
+    x, y = rt.tensors("train")
+    keep = torch.zeros(len(y), dtype=torch.bool, device=x.device)
+    keep[train_index(rt, ins, guard).to(x.device)] = True
+    _finetune(model, x, y, ins, rt.client_id, keep=keep)
 
 
 def own_model(context: Context, client: int) -> ArrayRecord | None:
@@ -343,6 +359,9 @@ class SafeguardLayer(Layer):
     def train_index(self, rt: ClientRuntime, ins) -> torch.Tensor:
         return train_index(rt, ins, self.guard)
 
+    def whole_split_batches(self) -> bool:
+        return self.guard.batches == "whole-split"
+
     def trained(self, rt: ClientRuntime, ins, model: torch.nn.Module) -> int:
         self.reply = keep_trained(rt, self.context, model, ins, self.guard)
         return train_on_slice(rt, self.context, model, ins, self.guard)
@@ -372,7 +391,7 @@ def evaluate(message: Message, context: Context, guard: SafeguardInstructions) -
     if choice.gains:
         report.update(gains=list(choice.gains), squares=list(choice.squares))
     if ins.finetune_epochs > 0:  # the used model + local epochs, as global + local epochs
-        _finetune(model, *training_tensors(rt, ins, guard), ins, rt.client_id)
+        finetune_slice_free(rt, ins, guard, model)
         tuned = test_model(model, x_test, y_test, ins.batch_size, rt.data.target_scale)
         fields.update(result_fields(tuned, "finetuned_"))
         # the client answers with the fine-tuned model where its held-out slice prefers it

@@ -127,24 +127,35 @@ def train_epochs(
     generator: torch.Generator,
     penalty: Penalty | None = None,
     task: str | None = None,
+    keep: torch.Tensor | None = None,
 ) -> float:
     """Run `epochs` passes of SGD on the task loss (+ penalty); return the mean task loss.
 
     The task loss is cross-entropy or masked MAE (`task_loss`; `task` None = from the target dtype).
-    A layer's `LOCAL_TRAINER`, when one is set, trains instead.
+    With `keep` (a bool mask over the samples), each epoch makes the batches it would make over every
+    sample and trains on them less the samples outside `keep` (a batch left empty is skipped): the
+    left-out samples cost their share of each step, not steps. A layer's `LOCAL_TRAINER`, when one
+    is set, trains instead (on the kept samples).
     """
     override = LOCAL_TRAINER.get()
     if override is not None:
+        if keep is not None:
+            x, y = x[keep.to(x.device)], y[keep.to(y.device)]
         return override(model, x, y, epochs=epochs, batch_size=batch_size, lr=lr, momentum=momentum,
                         generator=generator, penalty=penalty, task=task)
     task = task or task_of(y)
     model.train()
     optimizer = SGD(model.parameters(), lr=lr, momentum=momentum)
     total, count = 0.0, 0
+    kept = None if keep is None else keep.to(x.device)
     for _ in range(epochs):
         order = torch.randperm(len(y), generator=generator).to(x.device)
         for start in range(0, len(y), batch_size):
             idx = order[start : start + batch_size]
+            if kept is not None:
+                idx = idx[kept[idx]]
+                if len(idx) == 0:
+                    continue
             loss = task_loss(model(x[idx]), y[idx], task)
             objective = loss + penalty(model) if penalty is not None else loss
             optimizer.zero_grad(set_to_none=True)
