@@ -34,7 +34,13 @@ def message_seed(message: Message, run_seed: int) -> int:
               if content is not None and CLIENT in content else -1)
     group = message.metadata.group_id or "0"
     server_round = int(group) if group.isdigit() else zlib.crc32(group.encode())
-    kind = zlib.crc32(message.metadata.message_type.encode())
+    return global_seed(run_seed, client, server_round, message.metadata.message_type)
+
+
+def global_seed(run_seed: int, client: int, server_round: int, message_type: str) -> int:
+    """The seed of the global draws of `client`'s message of `message_type` in `server_round`
+    (client −1: a message addressed to no logical client)."""
+    kind = zlib.crc32(message_type.encode())
     return seeded_generator_seed(run_seed, client + 1, server_round, kind, GLOBAL_STREAM)
 
 
