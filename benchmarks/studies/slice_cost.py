@@ -22,9 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import (RESULTS_DIR, benchmark_parser, code_version, log_progress,
-                               machine_facts, markdown_table, provenance, set_threads, write_study)
-
-WAYS = ("whole split", "slice-free", "whole-split")
+                               machine_facts, set_threads, write_study)
+from docs.results.studies import SLICE_COST_WAYS as WAYS, slice_cost as markdown
 
 
 def replay(overrides: dict[str, Any], holdout: float) -> dict[str, float]:
@@ -66,25 +65,6 @@ def replay(overrides: dict[str, Any], holdout: float) -> dict[str, float]:
             result = evaluate(model, data.test_x, data.test_y, cfg.batch_size, data.target_scale)
             accuracy[way].append(result.accuracy)
     return {way: 100.0 * sum(values) / len(values) for way, values in accuracy.items()}
-
-
-def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
-    table = [[r["name"], str(r["seed"]), "—" if r.get("local") is None else f"{r['local']:.2f}",
-              *(f"{r['means'][way]:.2f}" for way in WAYS),
-              f"{r['means']['slice-free'] - r['means']['whole split']:+.2f}",
-              f"{r['means']['whole-split'] - r['means']['whole split']:+.2f}"] for r in rows]
-    return "\n".join([
-        *provenance(meta, f"# {meta['name']}: what the held-out slice costs a client training alone"),
-        "",
-        f"Settings from `{meta['list']}`, held-out share {meta['holdout']:g}; Local (committed) read "
-        f"from `{meta['baselines']}`. Personalized mean accuracy (%) of Local's training replayed on "
-        "the whole train split, on the split less the slice in that part's own batches "
-        "(`slice-free`) and in the whole split's batches less the slice (`whole-split`).",
-        "",
-        *markdown_table(["setting", "seed", "Local (committed)", *WAYS, "slice-free − whole",
-                         "whole-split − whole"], "lrrrrrrr", table),
-        "",
-    ])
 
 
 def main(argv: Sequence[str] | None = None) -> int:

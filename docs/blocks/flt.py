@@ -841,3 +841,64 @@ def untuned_groups(prefix: str) -> str:
         "",
         *[f"- {line}" for line in lines],
     ])
+
+
+# --- the slice's batches: Local replayed (benchmarks/studies/slice_cost.py) and FLT with
+# safeguard-batches = whole-split on the whole untuned list (benchmarks/studies/untuned.py) -------
+@block("flt-slice-cost")
+def slice_cost(prefix: str) -> str:
+    """What the held-out slice costs Local's own training, batched as the slice-free part or in the
+    whole split's batches; the replay on the whole split must be the committed Local number."""
+    rows = raw("slice-cost")["rows"]
+    for r in rows:
+        if r.get("local") is not None and abs(r["means"]["whole split"] - r["local"]) > 1e-9:
+            raise ValueError(f"slice-cost: {r['name']}'s replay on the whole split "
+                             f"({r['means']['whole split']}) is not the committed Local ({r['local']})")
+    free = [r["means"]["slice-free"] - r["means"]["whole split"] for r in rows]
+    whole = [r["means"]["whole-split"] - r["means"]["whole split"] for r in rows]
+    checked = sum(r.get("local") is not None for r in rows)
+    return (f"On the {len(rows)} settings replayed, Local's accuracy less the slice in the part's "
+            f"own batches moves by {signed(sum(free) / len(free))} points on average "
+            f"({signed(min(free))} to {signed(max(free))}); less the slice in the whole split's "
+            f"batches by {signed(sum(whole) / len(whole))} ({signed(min(whole))} to "
+            f"{signed(max(whole))}). "
+            f"The replay on the whole split is the committed Local number to the digit on the "
+            f"{checked} settings that have one.")
+
+
+@block("flt-untuned-whole-split")
+def untuned_whole_split(prefix: str) -> str:
+    """FLT with `safeguard-batches = whole-split` against FLT as committed, on every untuned
+    setting and added seed: Δ against the best baseline, and the item-3 targets."""
+    default = {**_untuned_rows("untuned-after"), **_untuned_rows("untuned-seeds"),
+               **_untuned_rows("untuned-groups-seeds")}
+    whole = {**_untuned_rows("untuned-whole-split"), **_untuned_rows("untuned-whole-split-seeds"),
+             **_untuned_rows("untuned-whole-split-groups")}
+    for part in ("untuned-whole-split-seeds", "untuned-whole-split-groups"):
+        for name, row in _untuned_rows(part).items():
+            first = _untuned_rows("untuned-whole-split").get(name)
+            if first is not None and first["means"]["flt"] != row["means"]["flt"]:
+                raise ValueError(f"{part} and untuned-whole-split differ on {name}")
+    names = sorted(whole, key=lambda n: (n.split("-s")[0] if "-s" in n else n, whole[n]["seed"]))
+    rows = [[n, whole[n]["structure"], "complete" if _untuned_complete(whole[n]) else "graph",
+             num(default[n]["means"]["flt"]), num(whole[n]["means"]["flt"]),
+             signed(_untuned_delta(default[n])), signed(_untuned_delta(whole[n]))] for n in names]
+    below = {label: [n for n in names if _untuned_delta(rs[n]) < -0.5]
+             for label, rs in (("committed", default), ("whole-split", whole))}
+    groups = [n for n in names if whole[n]["structure"] == "groups"]
+    short = {label: [n for n in groups if _untuned_delta(rs[n]) < 2.0]
+             for label, rs in (("committed", default), ("whole-split", whole))}
+    u07 = lambda rs: [rs[n] for n in names if n.startswith("u07")]
+    gap = lambda fam: sum(_untuned_delta(r) for r in fam) / len(fam)
+    return "\n".join([
+        table(("setting", "structure", "decision", "FLT (committed)", "FLT, whole-split",
+               "Δ committed", "Δ whole-split"), rows, "lllrrrr"),
+        "",
+        f"Below −0.5 against the best baseline: {len(below['committed'])} of {len(names)} committed "
+        f"({', '.join(below['committed']) or 'none'}), {len(below['whole-split'])} with whole-split "
+        f"batches ({', '.join(below['whole-split']) or 'none'}). With groups, below +2: "
+        f"{len(short['committed'])} of {len(groups)} committed, {len(short['whole-split'])} with "
+        f"whole-split batches ({', '.join(short['whole-split']) or 'none'}). u07's Δ, mean over its "
+        f"seeds: {signed(gap(u07(default)))} committed, {signed(gap(u07(whole)))} with whole-split "
+        "batches.",
+    ])

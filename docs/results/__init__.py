@@ -51,6 +51,7 @@ STUDY_PAGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("sfl-scale", "sfl_scale", ("rows",)),
     ("first-run", "first_run", ()),
     ("untuned", "untuned", ("rows",)),
+    ("slice-cost", "slice_cost", ("rows",)),
 )
 
 

@@ -579,3 +579,26 @@ def untuned(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     lines += markdown_table(header, align, table)
     lines += ["", *meta.get("notes", [])]
     return "\n".join(lines).rstrip() + "\n"
+
+
+# --- benchmarks.studies.slice_cost -------------------------------------------------------------
+SLICE_COST_WAYS = ("whole split", "slice-free", "whole-split")  # how Local's training was replayed
+
+
+def slice_cost(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    table = [[r["name"], str(r["seed"]), "—" if r.get("local") is None else f"{r['local']:.2f}",
+              *(f"{r['means'][way]:.2f}" for way in SLICE_COST_WAYS),
+              f"{r['means']['slice-free'] - r['means']['whole split']:+.2f}",
+              f"{r['means']['whole-split'] - r['means']['whole split']:+.2f}"] for r in rows]
+    return "\n".join([
+        *provenance(meta, f"# {meta['name']}: what the held-out slice costs a client training alone"),
+        "",
+        f"Settings from `{meta['list']}`, held-out share {meta['holdout']:g}; Local (committed) read "
+        f"from `{meta['baselines']}`. Personalized mean accuracy (%) of Local's training replayed on "
+        "the whole train split, on the split less the slice in that part's own batches "
+        "(`slice-free`) and in the whole split's batches less the slice (`whole-split`).",
+        "",
+        *markdown_table(["setting", "seed", "Local (committed)", *SLICE_COST_WAYS, "slice-free − whole",
+                         "whole-split − whole"], "lrrrrrrr", table),
+        "",
+    ])
