@@ -902,3 +902,42 @@ def untuned_whole_split(prefix: str) -> str:
         f"seeds: {signed(gap(u07(default)))} committed, {signed(gap(u07(whole)))} with whole-split "
         "batches.",
     ])
+
+
+WHOLE_SPLIT_METHODS = ("flt", "sfl", "sfl-star", "fedska", "fedu")  # the methods with the safeguard
+
+
+@block("flt-whole-split-suite")
+def whole_split_suite(prefix: str) -> str:
+    """The robustness suite at seed 0, the safeguard's methods with the default slice-free batches
+    and with whole-split batches, run at the same commit: Δ against the best baseline per cell."""
+    free = suite("suite/diagnosis/slice-free-seed0")
+    whole = suite("suite/diagnosis/whole-split-seed0")
+    for label in ("fedavg", "local"):  # the baselines do not read the setting: the same runs
+        for setting, rho in free.cells():
+            if free.value(setting, rho, label) != whole.value(setting, rho, label):
+                raise ValueError(f"suite diagnosis: {label} differs on {setting} ρ={rho:g} between "
+                                 "the slice-free and whole-split runs")
+    cells = free.cells()
+    rows, moved = [], []
+    for method in WHOLE_SPLIT_METHODS:
+        row = [method]
+        for setting, rho in cells:
+            a, b = free.delta(setting, rho, method), whole.delta(setting, rho, method)
+            row.append(f"{signed(a)} → {signed(b)}")
+            moved.append(b - a)
+        rows.append(row)
+    below = {}
+    for name, run in (("slice-free", free), ("whole-split", whole)):
+        below[name] = [f"{m} on {s} ρ={rho:g}" for m in WHOLE_SPLIT_METHODS for s, rho in cells
+                       if run.delta(s, rho, m) < -0.5]
+    header = ("method", *(f"{s} ρ={rho:g}" for s, rho in cells))
+    return "\n".join([
+        table(header, rows, "l" + "r" * len(cells)),
+        "",
+        f"Δ (slice-free → whole-split) against max(FedAvg, FedAvg+FT, Local) of the same run; "
+        f"whole-split − slice-free over the {len(moved)} method-cells: mean {signed(sum(moved) / len(moved))}, "
+        f"from {signed(min(moved))} to {signed(max(moved))}. Below −0.5: "
+        f"{len(below['slice-free'])} with slice-free batches ({', '.join(below['slice-free']) or 'none'}), "
+        f"{len(below['whole-split'])} with whole-split batches ({', '.join(below['whole-split']) or 'none'}).",
+    ])
