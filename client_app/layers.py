@@ -6,8 +6,9 @@ DP's noise on non-model uploads, `dp-upload`, `client_app/private_upload.py`). W
 evaluate or query request carries such a record, the ClientApp runs the method's handler inside that
 feature's layer (`layered`); the layer's module is imported only then. A local update asks the
 active layer where training starts (`Layer.start`), which train samples it uses (`train_index`, and
-how they are batched, `whole_split_batches`) and what follows training (`trained`); outside any layer these change nothing, so a method whose
-requests carry no layer record runs exactly its own step.
+how they are batched, `whole_split_batches`) and what follows training (`trained`); outside any
+layer these change nothing, so a method whose requests carry no layer record runs exactly its own
+step.
 """
 
 from __future__ import annotations
@@ -95,9 +96,14 @@ def training_split(rt: Any, ins: Any) -> tuple[torch.Tensor, torch.Tensor, torch
     if index is None or not layer.whole_split_batches():
         return (*training_tensors(rt, ins), None)
     x, y = rt.tensors("train")
-    keep = torch.zeros(len(y), dtype=torch.bool, device=x.device)
-    keep[index.to(x.device)] = True
-    return x, y, keep
+    return x, y, index_mask(index, len(y), x.device)
+
+
+def index_mask(index: torch.Tensor, size: int, device: torch.device) -> torch.Tensor:
+    """The bool mask over `size` samples that is True at `index`."""
+    keep = torch.zeros(size, dtype=torch.bool, device=device)
+    keep[index.to(device)] = True
+    return keep
 
 
 _WRAPPERS: dict[str, Wrapper] = {}

@@ -48,7 +48,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message
 
 from client_app import safeguard_consensus as consensus
 from client_app.evaluation import _finetune, evaluate_global, evaluate_reply, result_fields
-from client_app.layers import Handler, Layer, entered
+from client_app.layers import Handler, Layer, entered, index_mask
 from client_app.runtime import ClientRuntime, client_runtime, model_record
 from client_app.training import forward_batches, masked_mae, seeded_generator, task_of
 from client_app.training import evaluate as test_model
@@ -117,8 +117,7 @@ def finetune_slice_free(rt: ClientRuntime, ins, guard: SafeguardInstructions,
         _finetune(model, *training_tensors(rt, ins, guard), ins, rt.client_id)
         return
     x, y = rt.tensors("train")
-    keep = torch.zeros(len(y), dtype=torch.bool, device=x.device)
-    keep[train_index(rt, ins, guard).to(x.device)] = True
+    keep = index_mask(train_index(rt, ins, guard), len(y), x.device)
     _finetune(model, x, y, ins, rt.client_id, keep=keep)
 
 

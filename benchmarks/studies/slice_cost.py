@@ -30,6 +30,7 @@ def replay(overrides: dict[str, Any], holdout: float) -> dict[str, float]:
     """The personalized mean accuracy (%) of Local on `overrides`, trained the three ways (`WAYS`)."""
     import torch
 
+    from client_app.layers import index_mask
     from client_app.safeguard import holdout_index
     from client_app.seeding import global_seed, seed_torch
     from client_app.training import evaluate, seeded_generator, train_epochs
@@ -48,8 +49,7 @@ def replay(overrides: dict[str, Any], holdout: float) -> dict[str, float]:
         torch.manual_seed(cfg.seed)  # the run's initial model (server_app.app.initial_arrays)
         initial = build_model(cfg.model, data.input_shape, data.num_classes).state_dict()
         kept = holdout_index(len(data.train_y), holdout, cfg.seed, client)[0]
-        mask = torch.zeros(len(data.train_y), dtype=torch.bool)
-        mask[kept] = True
+        mask = index_mask(kept, len(data.train_y), data.train_x.device)
         for way in WAYS:
             model = build_model(cfg.model, data.input_shape, data.num_classes)
             model.load_state_dict(initial)
