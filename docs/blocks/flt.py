@@ -909,10 +909,11 @@ WHOLE_SPLIT_METHODS = ("flt", "sfl", "sfl-star", "fedska", "fedu")  # the method
 
 @block("flt-whole-split-suite")
 def whole_split_suite(prefix: str) -> str:
-    """The robustness suite at seed 0, the safeguard's methods with the default slice-free batches
-    and with whole-split batches, run at the same commit: Δ against the best baseline per cell."""
-    free = suite("suite/diagnosis/slice-free-seed0")
-    whole = suite("suite/diagnosis/whole-split-seed0")
+    """The robustness suite at seeds 0-2, the safeguard's methods with the default slice-free
+    batches and with whole-split batches, run at the same commit: Δ against the best baseline per
+    cell (seed means)."""
+    free = suite("suite/diagnosis/slice-free-seed0", "suite/diagnosis/slice-free-seeds12")
+    whole = suite("suite/diagnosis/whole-split-seed0", "suite/diagnosis/whole-split-seeds12")
     for label in ("fedavg", "local"):  # the baselines do not read the setting: the same runs
         for setting, rho in free.cells():
             if free.value(setting, rho, label) != whole.value(setting, rho, label):
@@ -935,7 +936,8 @@ def whole_split_suite(prefix: str) -> str:
     return "\n".join([
         table(header, rows, "l" + "r" * len(cells)),
         "",
-        f"Δ (slice-free → whole-split) against max(FedAvg, FedAvg+FT, Local) of the same run; "
+        f"Δ (slice-free → whole-split) against max(FedAvg, FedAvg+FT, Local) of the same run, "
+        f"mean over seeds {', '.join(str(s) for s in sorted({r['seed'] for r in free.rows()}))}; "
         f"whole-split − slice-free over the {len(moved)} method-cells: mean {signed(sum(moved) / len(moved))}, "
         f"from {signed(min(moved))} to {signed(max(moved))}. Below −0.5: "
         f"{len(below['slice-free'])} with slice-free batches ({', '.join(below['slice-free']) or 'none'}), "
