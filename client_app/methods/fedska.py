@@ -28,7 +28,7 @@ from flwr.app import Array, ArrayRecord, Context, Message, RecordDict
 from torch import nn
 from torch.nn import functional as F
 
-from client_app.layers import active
+from client_app.layers import active, index_mask
 from client_app.runtime import ClientRuntime, client_runtime, model_record
 from client_app.training import seeded_generator, task_loss, train_epochs
 from models import build_model
@@ -195,6 +195,9 @@ def train(message: Message, context: Context) -> Message:
     permutation = slot_permutation(ins.seed, rt.client_id, len(y))
     index = layer.train_index(rt, ins)  # None: every sample
     ids = torch.arange(len(y), device=rt.device) if index is None else index.to(rt.device)
+    # the layer's whole-split batches: every sample's batches, less those outside `index`
+    keep = (index_mask(index, len(y), rt.device)
+            if index is not None and layer.whole_split_batches() else None)
     generator = seeded_generator(ins.seed, rt.client_id, ins.server_round)
     common = dict(epochs=ins.local_epochs, batch_size=ins.batch_size, lr=ins.lr,
                   momentum=ins.momentum, generator=generator)
@@ -207,12 +210,18 @@ def train(message: Message, context: Context) -> Message:
                              f"[num-slots, d] = [{slots}, {model.feature_dim}]")
         targets, has = slot_targets(encodings, permutation)
         pulled = StructurePull(model, x, targets.to(rt.device), has.to(rt.device), ins.lambda_s)
-        loss = train_epochs(pulled, ids, y[ids], penalty=StructurePenalty(pulled), **common)
+        if keep is None:
+            loss = train_epochs(pulled, ids, y[ids], penalty=StructurePenalty(pulled), **common)
+        else:
+            loss = train_epochs(pulled, torch.arange(len(y), device=rt.device), y,
+                                penalty=StructurePenalty(pulled), keep=keep, **common)
         structure_loss = pulled.mean_structure_loss
     elif index is None:  # round 1 (h^g = 0): cos(·, 0) = 0, L_S is a constant
         loss = train_epochs(model, x, y, **common)
-    else:
+    elif keep is None:
         loss = train_epochs(model, x[ids], y[ids], **common)
+    else:
+        loss = train_epochs(model, x, y, keep=keep, **common)
     added = layer.trained(rt, ins, model)
     descriptor = features_of(model, x).mean(dim=0)
     reply = FedSKATrainReply(num_examples=len(ids) + added, train_loss=loss, structure_loss=structure_loss,
