@@ -15,6 +15,7 @@ Each test prints what it measured (rejoin seconds, exit codes) for docs/runbook.
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -42,6 +43,18 @@ SFL_STAR = {"partition": "shards"}
 @pytest.fixture(scope="module")
 def federation(tmp_path_factory):
     yield from running_federation(tmp_path_factory.mktemp("faults"))
+
+
+@pytest.fixture(autouse=True)
+def superlink_back_up(request):
+    """A test that failed between killing the SuperLink and restarting it leaves the next test a
+    federation without one: restart it (same flags and database) so one failure stays one."""
+    yield
+    if "federation" in request.fixturenames:
+        federation = request.getfixturevalue("federation")
+        if "superlink" not in federation.procs or "superexec-serverapp" not in federation.procs:
+            federation.terminate("superexec-serverapp", signal.SIGKILL)
+            restart_and_rejoin(federation)
 
 
 def config_for(method: str, out: Path) -> dict:
@@ -89,9 +102,14 @@ def in_background(federation: LoopbackFederation, config: dict):
 
 
 def crash_superlink_machine(federation: LoopbackFederation) -> None:
-    """`kill -9` of the SuperLink and of its executor's process group (executor + ServerApp)."""
-    federation.terminate("superlink", signal.SIGKILL)
-    federation.terminate("superexec-serverapp", signal.SIGKILL)
+    """`kill -9` of the SuperLink and of its executor's process group (executor + ServerApp), all
+    signalled before any is waited for, as a machine that loses power: a SuperLink killed first
+    and waited for gives the ServerApp a moment to see its connection fail and end the run
+    itself (releasing its lock), which a crashed machine never does."""
+    for name in ("superexec-serverapp", "superlink"):
+        os.killpg(federation.procs[name].process.pid, signal.SIGKILL)
+    for name in ("superexec-serverapp", "superlink"):
+        federation.terminate(name, signal.SIGKILL)
 
 
 def restart_and_rejoin(federation: LoopbackFederation) -> float:
