@@ -176,7 +176,10 @@ def test_superlink_machine_crash_then_resume_equals_an_uninterrupted_run(federat
         if in_flight:  # round 2's train message (one per round and node) is being worked on
             wait_until(lambda: train_messages() >= before + 2, "a round-2 train message")
         crash_superlink_machine(federation)
-        assert max(recorded(directory)) < ROUNDS and (directory / LOCK_NAME).exists()  # dead owner's
+        executor_log = federation.home("superlink") / "superexec-serverapp.log"
+        assert max(recorded(directory)) < ROUNDS and (directory / LOCK_NAME).exists(), (  # dead owner's
+            f"the run ended before the crash: rounds {recorded(directory)}; the executor's log "
+            f"ends:\n{executor_log.read_text()[-3000:]}")
         rejoined = restart_and_rejoin(federation)
     finally:
         thread.join(timeout=300)  # its outcome, read back from the restarted SuperLink
