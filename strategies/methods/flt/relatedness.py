@@ -7,6 +7,7 @@ known clustering. Vectorised over clients: no Python loop over client pairs."""
 from __future__ import annotations
 
 import contextlib
+import heapq
 import math
 import time
 import warnings
@@ -116,21 +117,15 @@ def structure_test(codes: np.ndarray, adjacency: np.ndarray, *, draws: int = NUL
 
     `codes` [M, e]: each client's mean latent code (the mean of its centroids). The statistic is the
     contrast of Ã between them: median distance over its edges / median over its non-edges. The null
-    model is a federation without groups: every client's code is the federation's mean plus its own
-    deviation, drawn at random from one Gaussian shared by all (the covariance of the observed
-    deviations, each client keeping its own deviation's length, so clients with more data stay
-    nearer the mean); in each of `draws` such federations, the graph is the same number of *closest*
-    pairs (the most favourable graph for the null, so the test errs towards no structure), and its
-    contrast is computed the same way. p = (1 + #{null contrast ≤ found contrast}) / (draws + 1): the
-    chance that a federation without groups shows edges at least this much closer than its
-    non-edges. Deterministic (seeded generator). Above `TEST_CLIENTS` clients, the statistic and
-    the null are computed on a seeded sample of that many clients (and the edges among them), which
-    bounds the cost at 199 × TEST_CLIENTS² distances."""
-    codes = np.asarray(codes, dtype=np.float64)
-    linked = np.asarray(adjacency) > 0
-    if len(codes) > TEST_CLIENTS:
-        keep = np.sort(np.random.default_rng(seed).choice(len(codes), TEST_CLIENTS, replace=False))
-        codes, linked = codes[keep], linked[np.ix_(keep, keep)]
+    model is a federation without groups (`_group_free_pairs`); in each of `draws` such federations,
+    the graph is the same number of *closest* pairs (the most favourable graph for the null, so the
+    test errs towards no structure), and its contrast is computed the same way. p = (1 + #{null
+    contrast ≤ found contrast}) / (draws + 1): the chance that a federation without groups shows
+    edges at least this much closer than its non-edges. Deterministic (seeded generator). Above
+    `TEST_CLIENTS` clients, the statistic and the null are computed on a seeded sample of that many
+    clients (and the edges among them), which bounds the cost at 199 × TEST_CLIENTS² distances."""
+    codes, adjacency = _test_sample(codes, adjacency, seed)
+    linked = adjacency > 0
     count = len(codes)
     upper = np.triu_indices(count, k=1)
     edges = linked[upper] | linked.T[upper]
@@ -138,21 +133,142 @@ def structure_test(codes: np.ndarray, adjacency: np.ndarray, *, draws: int = NUL
     if count < 3 or edges.all() or not edges.any():
         return StructureTest(None, None, draws)
     found = _contrast(distance[edges], distance[~edges])
+    size = int(edges.sum())
+    below = 0
+    for pairs in _group_free_pairs(codes, draws, seed):
+        order = np.argpartition(pairs, size - 1)
+        below += _contrast(pairs[order[:size]], pairs[order[size:]]) <= found
+    return StructureTest(found, (1 + below) / (draws + 1), draws)
+
+
+def _test_sample(codes: np.ndarray, matrix: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The clients a test runs on: all of them, or above `TEST_CLIENTS` a seeded sample (with the
+    client-by-client `matrix` restricted to it)."""
+    codes, matrix = np.asarray(codes, dtype=np.float64), np.asarray(matrix)
+    if len(codes) > TEST_CLIENTS:
+        keep = np.sort(np.random.default_rng(seed).choice(len(codes), TEST_CLIENTS, replace=False))
+        codes, matrix = codes[keep], matrix[np.ix_(keep, keep)]
+    return codes, matrix
+
+
+def _group_free_pairs(codes: np.ndarray, draws: int, seed: int) -> Iterator[np.ndarray]:
+    """The client-pair distances (upper triangle, row-major) of `draws` federations without groups
+    like `codes`: every client's code is the federation's mean plus its own deviation, drawn at
+    random from one Gaussian shared by all (the covariance of the observed deviations, each client
+    keeping its own deviation's length, so clients with more data stay nearer the mean)."""
+    count = len(codes)
+    upper = np.triu_indices(count, k=1)
     deviation = codes - codes.mean(axis=0)
     length = np.linalg.norm(deviation, axis=1)
     unit = deviation / np.maximum(length, 1e-12)[:, None]
     rng = np.random.default_rng(seed)
-    size = int(edges.sum())
-    below = 0
     for _ in range(draws):
         # each row: a Gaussian with the covariance of the observed directions (E‖·‖² = 1), scaled
         # by the client's own deviation
         mix = rng.standard_normal((count, count)) @ unit / math.sqrt(count)
-        pairs = _pair_distances(length[:, None] * mix)[upper]
-        order = np.argpartition(pairs, size - 1)
-        null = _contrast(pairs[order[:size]], pairs[order[size:]])
-        below += null <= found
-    return StructureTest(found, (1 + below) / (draws + 1), draws)
+        yield _pair_distances(length[:, None] * mix)[upper]
+
+
+@dataclass(frozen=True)
+class EvidenceCut:
+    """`evidence_cut`'s answer: Ã links the `pairs` closest client pairs of A (those below `gamma`),
+    and `test` is that graph's structure test, corrected for having chosen the cut."""
+
+    pairs: int
+    gamma: float
+    test: StructureTest
+
+
+def evidence_cut(codes: np.ndarray, distance: np.ndarray, *, draws: int = NULL_DRAWS,
+                 seed: int = NULL_SEED) -> EvidenceCut | None:
+    """Where to cut A, from the federation's own evidence (`flt.threshold=evidence`): Ã links the s
+    closest pairs of A for the s that marks the groups' boundary best, kept only if a federation
+    without groups would rarely show such a graph.
+
+    For every s up to half the pairs (linking more would leave fewer pairs apart than together:
+    groups are at least two), G_s is A's s closest pairs, and the clients' mean codes give it two
+    contrasts, edges against non-edges: of mean distances, and of lower-median distances
+    (`structure_test`'s statistic). In each of `draws` federations without groups
+    (`_group_free_pairs`) the null graph of s pairs is its s closest ones, with the same two
+    contrasts. Standardised against the null at each s (log scale):
+    - the cut is the s whose mean contrast lies the most standard deviations below the null's: a
+      mean moves with every pair that crosses a group's boundary, so it peaks at the boundary;
+    - the test is the median contrast at that cut (robust to a few far clients), against each null
+      federation's median contrast at *its* best cut chosen the same way, so choosing the cut is
+      paid for: p = (1 + #{null ≤ found}) / (draws + 1).
+    No fraction and no constant between known cases: the confidence p is compared with is the only
+    parameter. None with fewer than three clients (nothing to test). Above `TEST_CLIENTS` clients
+    the scan runs on the seeded sample `structure_test` uses."""
+    codes, matrix = _test_sample(codes, np.asarray(distance, dtype=np.float64), seed)
+    count = len(codes)
+    if count < 3:
+        return None
+    upper = np.triu_indices(count, k=1)
+    apart, closeness = matrix[upper], _pair_distances(codes)[upper]
+    known = np.isfinite(apart)
+    apart, closeness = apart[known], np.maximum(closeness[known], 1e-12)
+    total = len(apart)
+    if total < 2:
+        return None
+    sizes = np.arange(1, total // 2 + 1)
+    order = np.argsort(apart, kind="stable")
+    ranked = closeness[order]
+    found_mean = _log_mean_contrasts(ranked)[: len(sizes)]
+    found_median = _log_prefix_contrasts(ranked)[: len(sizes)]
+    null_mean, null_median = np.empty((draws, len(sizes))), np.empty((draws, len(sizes)))
+    for d, pairs in enumerate(_group_free_pairs(codes, draws, seed)):
+        pairs = np.maximum(np.sort(pairs[known]), 1e-12)
+        null_mean[d] = _log_mean_contrasts(pairs)[: len(sizes)]
+        logs = np.log(pairs)  # lower medians of the closest s and of the rest, as for `found`
+        null_median[d] = logs[(sizes - 1) // 2] - logs[sizes + (total - sizes - 1) // 2]
+    by_mean, by_median = _standardised(null_mean), _standardised(null_median)
+    best = int(np.argmin(by_mean(found_mean)))
+    null_best = np.argmin(by_mean(null_mean), axis=1)
+    score = by_median(found_median)[best]
+    p = (1 + int(np.sum(by_median(null_median)[np.arange(draws), null_best] <= score))) / (draws + 1)
+    below, above = apart[order[best]], apart[order[best + 1]]
+    gamma = float(below + (above - below) / 2.0) if above > below else float(np.nextafter(below, np.inf))
+    contrast = _contrast(ranked[: best + 1], ranked[best + 1:])
+    return EvidenceCut(best + 1, gamma, StructureTest(contrast, p, draws))
+
+
+def _standardised(null: np.ndarray):
+    """x ↦ (x − the null's mean) / its standard deviation, per column (cut size)."""
+    centre, spread = null.mean(axis=0), np.maximum(null.std(axis=0), 1e-12)
+    return lambda x: (x - centre) / spread
+
+
+def _log_mean_contrasts(values: np.ndarray) -> np.ndarray:
+    """log(mean of values[:s] / mean of values[s:]) for s = 1 … len − 1."""
+    running = np.cumsum(values)
+    size = np.arange(1, len(values))
+    return (np.log(running[:-1] / size)
+            - np.log((running[-1] - running[:-1]) / (len(values) - size)))
+
+
+def _log_prefix_contrasts(values: np.ndarray) -> np.ndarray:
+    """log(lower median of values[:s] / lower median of values[s:]) for s = 1 … len − 1."""
+    head = _prefix_lower_medians(values)
+    tail = _prefix_lower_medians(values[::-1])[::-1]  # tail[i]: lower median of values[i:]
+    return np.log(np.maximum(head[:-1], 1e-12)) - np.log(np.maximum(tail[1:], 1e-12))
+
+
+def _prefix_lower_medians(values: np.ndarray) -> np.ndarray:
+    """The lower median of each prefix values[:i + 1] (two heaps: O(n log n))."""
+    low: list[float] = []  # the lower half, negated (a max-heap)
+    high: list[float] = []
+    out = np.empty(len(values))
+    for i, value in enumerate(values.tolist()):
+        if low and value > -low[0]:
+            heapq.heappush(high, value)
+        else:
+            heapq.heappush(low, -value)
+        if len(low) > len(high) + 1:
+            heapq.heappush(high, -heapq.heappop(low))
+        elif len(high) > len(low):
+            heapq.heappush(low, -heapq.heappop(high))
+        out[i] = -low[0]
+    return out
 
 
 def _pair_distances(points: np.ndarray) -> np.ndarray:
@@ -266,18 +382,31 @@ class Relatedness:
     contrast: float | None = None  # `structure_contrast` of the thresholded Ã (None: undefined)
     complete: bool = False  # no structure found: every placed client is every other's neighbour
     test: StructureTest | None = None  # `structure_test` of Ã (None: not run, flt.no-structure=keep)
+    evidence: bool = False  # γ is `evidence_cut`'s (flt.threshold=evidence): re-chosen on a retest
 
     def retest(self, confidence: float) -> bool:
         """Run the structure test again over every placed client (clients placed after FCR bring
-        their codes and edges: more evidence) and set `complete` from it; True when it changed."""
+        their codes and edges: more evidence) and set `complete` from it; True when it changed.
+        Where the cut came from the evidence, it is chosen again first (γ and Ã may move)."""
         placed = self.placed
         if len(placed) < 2:
             return False
-        self.test = structure_test(np.stack([self.centroids[c].mean(axis=0) for c in placed]),
-                                   self.adjacency[np.ix_(placed, placed)])
+        codes = np.stack([self.centroids[c].mean(axis=0) for c in placed])
+        recut = False
+        if self.evidence:
+            cut = evidence_cut(codes, self.distance[np.ix_(placed, placed)])
+            gamma = 0.0 if cut is None else cut.gamma
+            recut = gamma != self.gamma
+            self.gamma = gamma
+            self.adjacency = threshold_adjacency(self.distance, gamma)
+            self.test = StructureTest(None, None, NULL_DRAWS) if cut is None else cut.test
+        else:
+            self.test = structure_test(codes, self.adjacency[np.ix_(placed, placed)])
         complete = not self.test.structured(confidence)
-        changed = complete != self.complete
+        changed = complete != self.complete or (recut and not complete)
         self.complete = complete
+        if recut and self.clusters is not None:  # Ward's clusters of the old Ã: cut again below
+            self.clusters = None
         if not complete and self.num_clusters > 0 and self.clusters is None:  # Ward's cut, now due
             self.clusters = np.full(self.num_clients, -1, dtype=np.int64)
             self.clusters[placed] = ward_clusters(self.adjacency[np.ix_(placed, placed)],
@@ -331,13 +460,15 @@ def relative_threshold(distance: np.ndarray, fraction: float) -> float:
 def form_client_relatedness(
     centroids: dict[int, np.ndarray], num_clients: int, *, gamma: float, distance: str = "matching",
     clusters: int = 0, umap_neighbors: int = 15, relative_gamma: float | None = None,
-    structure_confidence: float | None = None,
+    structure_confidence: float | None = None, evidence: bool = False,
 ) -> Relatedness:
     """Server side of FCR (spec §2–3): UMAP over all centroids → A (matching or min-pair distance
     between clients' embedded centroid sets) → Ã = 1[A < γ] with self-loops → optional Ward clusters.
     `centroids` maps client id → its uploaded [k_m, e] centroids; others get self-only rows. With
     `relative_gamma`, γ = relative_gamma × the median of A (`relative_threshold`) instead of `gamma`;
-    the γ used is kept in `Relatedness.gamma` (late clients are placed against it).
+    the γ used is kept in `Relatedness.gamma` (late clients are placed against it). With
+    `evidence`, γ is `evidence_cut`'s: the cut whose groups a federation without them would be the
+    least likely to show, and its test (which pays for the choice) is the structure test below.
 
     With `structure_confidence`, Ã must pass the structure test (`structure_test` on the clients'
     mean latent codes): its edges must be closer, relative to its non-edges, than a federation
@@ -364,7 +495,12 @@ def form_client_relatedness(
     seconds["distance"] = time.perf_counter() - started
 
     started = time.perf_counter()
-    if relative_gamma is not None:
+    codes = np.stack([centroids[c].mean(axis=0) for c in clients])
+    cut = None
+    if evidence:
+        cut = evidence_cut(codes, distances[np.ix_(clients, clients)])
+        gamma = 0.0 if cut is None else cut.gamma
+    elif relative_gamma is not None:
         gamma = relative_threshold(distances, relative_gamma)
     adjacency = threshold_adjacency(distances, gamma)
     seconds["threshold"] = time.perf_counter() - started
@@ -375,7 +511,10 @@ def form_client_relatedness(
     test = None
     complete = False
     if structure_confidence is not None and len(clients) > 1:
-        test = structure_test(np.stack([centroids[c].mean(axis=0) for c in clients]), graph)
+        if evidence:
+            test = StructureTest(None, None, NULL_DRAWS) if cut is None else cut.test
+        else:
+            test = structure_test(codes, graph)
         complete = not test.structured(structure_confidence)
     seconds["structure-check"] = time.perf_counter() - started
 
@@ -387,7 +526,7 @@ def form_client_relatedness(
         seconds["clustering"] = time.perf_counter() - started
     seconds["server-total"] = sum(seconds.values())
     return Relatedness(num_clients, gamma, distance, clusters, dict(centroids), points, reducer,
-                       distances, adjacency, labels, seconds, contrast, complete, test)
+                       distances, adjacency, labels, seconds, contrast, complete, test, evidence)
 
 
 def place_client(relatedness: Relatedness, client: int, centroids: np.ndarray) -> None:

@@ -217,8 +217,8 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
 
     def summary(self) -> None:
         s = self.settings
-        threshold = (f"γ={s.relative_gamma:g}×median distance" if s.threshold == "relative"
-                     else f"γ={s.gamma:g}")
+        threshold = {"relative": f"γ={s.relative_gamma:g}×median distance",
+                     "evidence": "γ from the evidence"}.get(s.threshold, f"γ={s.gamma:g}")
         log.info("FLT: %d clients, fraction-train %.2f, k=%d (%s), %s distance, %s, clusters=%d",
                  self.num_clients, self.fraction_train, s.k, s.k_mode, s.distance, threshold,
                  s.clusters)
@@ -245,6 +245,7 @@ class FLT(PersonalizedStrategy, PhasedStrategy):
             umap_neighbors=s.umap_neighbors,
             relative_gamma=s.relative_gamma if s.threshold == "relative" else None,
             structure_confidence=s.structure_confidence if s.no_structure == "complete" else None,
+            evidence=s.threshold == "evidence",
         )
         self.models.set_graph(self.relatedness.aggregation_graph())
         self.fcr_seconds.update(self.relatedness.seconds)

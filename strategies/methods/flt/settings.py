@@ -13,7 +13,9 @@ from strategies.shared.settings import MethodSettings, Record
 class FLTSection(MethodSettings):
     """FLT (docs/methods/flt.md): autoencoder phases, Form Client Relatedness and the graph threshold."""
 
-    threshold: Literal["relative", "absolute"] = "relative"  # paper and reference code: absolute
+    # paper and reference code: absolute; evidence: the cut a federation without groups would be
+    # the least likely to show (relatedness.evidence_cut), tested at structure-confidence
+    threshold: Literal["relative", "absolute", "evidence"] = "relative"
     gamma: float = Field(1.0, gt=0.0)  # absolute: connect clients closer than γ (UMAP units)
     relative_gamma: float = Field(0.05, gt=0.0)  # relative: closer than this × the median distance
     k: int = Field(2, ge=1)  # k-means centroids per client (the maximum under k-mode=local-labels)
