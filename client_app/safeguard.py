@@ -7,8 +7,8 @@ carry a `safeguard` record, `SafeguardInstructions`, with its `holdout` and `gri
 
 1. holds out a fixed slice of its train split (`safeguard-holdout`, at least one sample; the same slice
    every round: a seeded permutation of (seed, client id)) and trains only on the rest (batched as
-   the rest, or, with `batches` "whole-split" in the record, in the batches an epoch over the whole
-   split makes, each less its held-out samples: `finetune_slice_free`, `Layer.whole_split_batches`);
+   the batches an epoch over the whole split makes, each less its held-out samples, or, with `batches`
+   "slice-free" in the record, batched as the rest: `finetune_slice_free`, `Layer.whole_split_batches`);
 2. keeps its own model, the one it last trained, in its node's `context.state`;
 3. on receiving the method's model(s), tests the mixes (1 − a)·own + a·received for a on a grid of
    `grid` points in [0, 1] (for each received model) on the held-out slice, and takes the
@@ -111,9 +111,9 @@ def training_tensors(rt: ClientRuntime, ins, guard: SafeguardInstructions
 def finetune_slice_free(rt: ClientRuntime, ins, guard: SafeguardInstructions,
                         model: torch.nn.Module) -> None:
     """The evaluation's fine-tuning (`finetune-epochs`) on the train split less the held-out slice,
-    batched as the record says (`batches`: "whole-split", the whole split's batches less the slice's
-    samples; else the part's own batches), in place."""
-    if guard.batches != "whole-split":
+    batched as the record says (`batches`: "slice-free", the part's own batches; absent, the whole
+    split's batches less the slice's samples), in place."""
+    if guard.batches == "slice-free":
         _finetune(model, *training_tensors(rt, ins, guard), ins, rt.client_id)
         return
     x, y = rt.tensors("train")
@@ -359,7 +359,7 @@ class SafeguardLayer(Layer):
         return train_index(rt, ins, self.guard)
 
     def whole_split_batches(self) -> bool:
-        return self.guard.batches == "whole-split"
+        return self.guard.batches != "slice-free"
 
     def trained(self, rt: ClientRuntime, ins, model: torch.nn.Module) -> int:
         self.reply = keep_trained(rt, self.context, model, ins, self.guard)

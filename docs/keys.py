@@ -93,8 +93,9 @@ MEANINGS: dict[str, tuple[str, str]] = {
                         "what a sampled client trains from (`consensus`, its `mix`, or `federation`: the "
                         "consensus until the clients' own models are clearly better)"),
     "safeguard-batches": ("Safeguard (graph methods)", "how a local update over the train split less the "
-                          "held-out slice is batched: `slice-free` (the batches of that part) or "
-                          "`whole-split` (the whole split's batches, each less its held-out samples)"),
+                          "held-out slice is batched: `whole-split` (the whole split's batches, each "
+                          "less its held-out samples: the steps of training alone) or `slice-free` "
+                          "(the batches of that part)"),
     "run-name": ("Output, checkpoints, resume", "results go to `<output-dir>/<run-name>/` (empty: "
                  "method-dataset-partition-time)"),
     "output-dir": ("Output, checkpoints, resume", "the folder of every run's results folder"),

@@ -71,7 +71,7 @@ class Safeguard(RunCallback):
         if not self.on:
             return None
         fields: dict[str, Any] = {"holdout": cfg.safeguard_holdout, "grid": cfg.safeguard_grid}
-        if cfg.safeguard_batches == "whole-split":
+        if cfg.safeguard_batches == "slice-free":
             fields["batches"] = cfg.safeguard_batches
         if self.consensus():
             fields["margin"] = cfg.safeguard_margin

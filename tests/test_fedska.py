@@ -580,14 +580,14 @@ def test_the_default_schedule_is_one_phase_per_round_and_still_learns_the_encode
 
 
 @pytest.mark.parametrize("structure", [False, True])
-def test_a_safeguarded_local_update_honours_whole_split_batches(tiny_run, structure):
-    """With the safeguard's record asking for whole-split batches, FedSKA's own training loop (plain
-    and with the structure pull) trains on the whole split's batches less the held-out slice: the
-    same samples as the default, other batches, so another model."""
+def test_a_safeguarded_local_update_honours_the_records_batching(tiny_run, structure):
+    """FedSKA's own training loop (plain and with the structure pull) trains on the whole split's
+    batches less the held-out slice by default, and on the slice-free part's own batches when the
+    safeguard's record asks for them: the same samples, other batches, so another model."""
     from strategies.shared.evidence import SAFEGUARD, SafeguardInstructions
 
     trained = {}
-    for batches in (None, "whole-split"):
+    for batches in (None, "slice-free"):
         context, cfg = _context(tiny_run)  # a fresh node: no own model, the start is the received one
         model = _global(cfg)
         records = {GLOBAL: ArrayRecord(model.state_dict()),
@@ -597,7 +597,7 @@ def test_a_safeguarded_local_update_honours_whole_split_batches(tiny_run, struct
             records[GRAPH_TARGET] = ArrayRecord({H_G: _np(torch.randn(40, model.feature_dim))})
             fields["num_slots"] = 40
         trained[batches] = _train_fedska(context, cfg, 1, records, **fields)
-    default, whole = trained[None], trained["whole-split"]
-    assert int(default[METRICS]["num-examples"]) == int(whole[METRICS]["num-examples"])
-    assert any(not np.array_equal(default["model"][k].numpy(), whole["model"][k].numpy())
+    default, free = trained[None], trained["slice-free"]
+    assert int(default[METRICS]["num-examples"]) == int(free[METRICS]["num-examples"])
+    assert any(not np.array_equal(default["model"][k].numpy(), free["model"][k].numpy())
                for k in default["model"].keys())

@@ -1,6 +1,6 @@
-"""`safeguard-batches = "whole-split"`: a client's local update over its train split less the held-out
-slice makes the batches an epoch over the whole split makes, each less its held-out samples (the
-slice costs samples, not steps); the default batches the slice-free part itself."""
+"""`safeguard-batches`: by default (`whole-split`) a client's local update over its train split less the
+held-out slice makes the batches an epoch over the whole split makes, each less its held-out samples
+(the slice costs samples, not steps); `slice-free` batches the slice-free part itself."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def test_keeping_every_sample_is_training_without_a_mask():
 def test_a_whole_split_local_update_trains_the_slice_free_samples_in_the_whole_splits_batches(node):
     cfg, context = node
     start = _model(cfg, 1)
-    reply = _train(context, start, **GUARD, safeguard_batches="whole-split")
+    reply = _train(context, start, **GUARD)  # the default
     rt = _runtime(context)
     n = len(rt.data.train_y)
     assert int(reply.content[METRICS]["num-examples"]) == n - _held(context)  # the slice is still out
@@ -92,13 +92,13 @@ def test_a_whole_split_local_update_trains_the_slice_free_samples_in_the_whole_s
         np.testing.assert_array_equal(sent[key].numpy(), value.numpy())
     fresh = Context(run_id=1, node_id=context.node_id, node_config=context.node_config,
                     state=RecordDict(), run_config=context.run_config)
-    default = _train(fresh, start, **GUARD)  # the slice-free part's own batches
-    assert any(not np.array_equal(default.content[PERSONAL][k].numpy(), sent[k].numpy()) for k in sent)
+    free = _train(fresh, start, **GUARD, safeguard_batches="slice-free")  # the part's own batches
+    assert any(not np.array_equal(free.content[PERSONAL][k].numpy(), sent[k].numpy()) for k in sent)
 
 
 def test_the_server_sends_the_batching_only_when_it_is_not_the_default():
     assert "batches" not in dict(safeguard_component("sfl").request_records("train", 2)["safeguard"])
-    records = safeguard_component("sfl", **{"safeguard-batches": "whole-split"}).request_records("train", 2)
-    assert dict(records["safeguard"])["batches"] == "whole-split"
+    records = safeguard_component("sfl", **{"safeguard-batches": "slice-free"}).request_records("train", 2)
+    assert dict(records["safeguard"])["batches"] == "slice-free"
     with pytest.raises(ValueError, match="safeguard-batches"):
         RunConfig.from_flower({**default_run_config(), "safeguard-batches": "equal"})

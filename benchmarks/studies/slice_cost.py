@@ -6,8 +6,8 @@ Replays the `local` method's training of every client of an untuned setting exac
 initial model, each round's per-message seed and batch order: the replay on the whole train split
 is the committed Local number to the digit) three ways: on the whole train split; on the split less
 the safeguard's held-out slice (`safeguard-holdout`, the same slice as the safeguard's), batched as
-that part (`safeguard-batches = slice-free`, the default); and less the slice in the batches an
-epoch over the whole split makes (`whole-split`). Writes `benchmarks/results/<name>.{md,json}`: per
+that part (`safeguard-batches = slice-free`); and less the slice in the batches an epoch over the
+whole split makes (`whole-split`, the default). Writes `benchmarks/results/<name>.{md,json}`: per
 setting, each client's test accuracy averaged over clients (the personalized mean) for the three.
 Only settings where every client trains every round (fraction-train 1) can be replayed this way.
 """

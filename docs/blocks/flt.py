@@ -909,7 +909,7 @@ WHOLE_SPLIT_METHODS = ("flt", "sfl", "sfl-star", "fedska", "fedu")  # the method
 
 @block("flt-whole-split-suite")
 def whole_split_suite(prefix: str) -> str:
-    """The robustness suite at seeds 0-2, the safeguard's methods with the default slice-free
+    """The robustness suite at seeds 0-2, the safeguard's methods with the (then default) slice-free
     batches and with whole-split batches, run at the same commit: Δ against the best baseline per
     cell (seed means)."""
     free = suite("suite/diagnosis/slice-free-seed0", "suite/diagnosis/slice-free-seeds12")
@@ -942,4 +942,109 @@ def whole_split_suite(prefix: str) -> str:
         f"from {signed(min(moved))} to {signed(max(moved))}. Below −0.5: "
         f"{len(below['slice-free'])} with slice-free batches ({', '.join(below['slice-free']) or 'none'}), "
         f"{len(below['whole-split'])} with whole-split batches ({', '.join(below['whole-split']) or 'none'}).",
+    ])
+
+
+@block("flt-whole-split-suite-seeds")
+def whole_split_suite_seeds(prefix: str) -> str:
+    """The two cells where whole-split batches fell below the no-regret line at seeds 0-2 (FLT on
+    shards ρ = 1, SFL on domains ρ = 1), run again at seeds 3-5 with both batchings: Δ per seed
+    group, for both."""
+    modes = ("slice-free", "whole-split")
+    earlier = {mode: suite(f"suite/diagnosis/{mode}-seed0", f"suite/diagnosis/{mode}-seeds12")
+               for mode in modes}
+    later = {mode: suite(f"suite/diagnosis/{mode}-seeds345") for mode in modes}
+    rows, gaps = [], []
+    for setting, rho in later["slice-free"].cells():
+        for method in ("flt", "sfl"):
+            row, six = [method, f"{setting} ρ={rho:g}"], {}
+            for mode in modes:
+                first = earlier[mode].delta(setting, rho, method)
+                second = later[mode].delta(setting, rho, method)
+                six[mode] = (first + second) / 2  # three seeds each
+                row += [signed(first), signed(second), signed(six[mode])]
+            gaps.append(six["whole-split"] - six["slice-free"])
+            rows.append(row)
+    header = ("method", "cell", "slice-free 0–2", "3–5", "0–5", "whole-split 0–2", "3–5", "0–5")
+    return "\n".join([
+        table(header, rows, "ll" + "r" * 6),
+        "",
+        "Δ against max(FedAvg, FedAvg+FT, Local) of the same run, mean over the seeds shown. "
+        f"Whole-split − slice-free over the six seeds: {', '.join(signed(g) for g in gaps)}.",
+    ])
+
+
+
+def _family(name: str) -> str:
+    """The untuned setting a seed variant belongs to (`u07-shards-s1751` → `u07-shards`)."""
+    head, _, tail = name.rpartition("-s")
+    return head if head and tail.isdigit() else name
+
+
+def _graph(row: dict) -> str:
+    report = row.get("flt") or {}
+    return "complete" if report.get("complete-graph") else f"{report.get('edges', 0)} edges"
+
+
+@block("flt-untuned-evidence")
+def untuned_evidence(prefix: str) -> str:
+    """FLT with the cut from the evidence (`flt.threshold = evidence`) against the relative
+    threshold, both with whole-split batches, on every untuned setting and added seed; then the
+    item-3 targets per setting family (seed means)."""
+    relative = {**_untuned_rows("untuned-whole-split"), **_untuned_rows("untuned-whole-split-seeds"),
+                **_untuned_rows("untuned-whole-split-groups")}
+    evidence = {**_untuned_rows("untuned-evidence"), **_untuned_rows("untuned-evidence-seeds"),
+                **_untuned_rows("untuned-evidence-groups")}
+    for part in ("untuned-evidence-seeds", "untuned-evidence-groups"):
+        for name, row in _untuned_rows(part).items():
+            first = _untuned_rows("untuned-evidence").get(name)
+            if first is not None and first["means"]["flt"] != row["means"]["flt"]:
+                raise ValueError(f"{part} and untuned-evidence differ on {name}")
+    names = sorted(evidence, key=lambda n: (_family(n), evidence[n]["seed"]))
+    rows = [[n, evidence[n]["structure"], _graph(relative[n]), _graph(evidence[n]),
+             signed(_untuned_delta(relative[n])), signed(_untuned_delta(evidence[n]))] for n in names]
+    moved = [_untuned_delta(evidence[n]) - _untuned_delta(relative[n]) for n in names]
+    families: dict[str, list[str]] = {}
+    for n in names:
+        families.setdefault(_family(n), []).append(n)
+    lines = []
+    for label, rs in (("relative", relative), ("evidence", evidence)):
+        means = {f: sum(_untuned_delta(rs[n]) for n in ns) / len(ns) for f, ns in families.items()}
+        below = [f"{f} ({signed(v)})" for f, v in means.items() if v < -0.5]
+        short = [f"{f} ({signed(v)})" for f, v in means.items()
+                 if evidence[families[f][0]]["structure"] == "groups" and v < 2.0]
+        lines.append(f"- **{label}**: seed means below −0.5: {', '.join(below) or 'none'}; with "
+                     f"groups, below +2: {', '.join(short) or 'none'}.")
+    return "\n".join([
+        table(("setting", "structure", "graph, relative", "graph, evidence", "Δ relative",
+               "Δ evidence"), rows, "llllrr"),
+        "",
+        f"Evidence − relative over the {len(names)} settings: mean {signed(sum(moved) / len(moved))}, "
+        f"from {signed(min(moved))} to {signed(max(moved))}; the same number on "
+        f"{sum(1 for m in moved if m == 0)}. Per setting family ({len(families)}; the seed mean where "
+        "seeds were added):",
+        "",
+        *lines,
+    ])
+
+
+@block("flt-evidence-suite")
+def evidence_suite(prefix: str) -> str:
+    """The suite's settings with groups at seeds 0-2, FLT with the cut from the evidence against
+    the relative threshold (both with whole-split batches): Δ per cell, seed means."""
+    relative = suite("suite/diagnosis/whole-split-seed0", "suite/diagnosis/whole-split-seeds12")
+    evidence = suite("suite/diagnosis/evidence-cut")
+    for label in ("fedavg", "local"):  # the baselines read neither setting: the same runs
+        for setting, rho in evidence.cells():
+            if relative.value(setting, rho, label) != evidence.value(setting, rho, label):
+                raise ValueError(f"evidence-cut: {label} differs on {setting} ρ={rho:g} from the "
+                                 "whole-split diagnosis")
+    rows = [[f"{setting} ρ={rho:g}", *(signed(run.delta(setting, rho, label))
+                                       for label in ("flt", "flt+FT") for run in (relative, evidence))]
+            for setting, rho in evidence.cells()]
+    return "\n".join([
+        table(("cell", "FLT, relative", "FLT, evidence", "FLT+FT, relative", "FLT+FT, evidence"),
+              rows, "lrrrr"),
+        "",
+        "Δ against max(FedAvg, FedAvg+FT, Local) of the same run, mean over seeds 0, 1, 2.",
     ])

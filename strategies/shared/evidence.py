@@ -39,9 +39,9 @@ class SafeguardInstructions(Record):
     # federation's pooled weight to use unless a client's own evidence is clear (absent: 1)
     margin: float | None = Field(None, ge=0.0)
     weight: float | None = Field(None, ge=0.0, le=1.0)
-    # "whole-split": a local update batches the whole train split and leaves the held-out samples
-    # out of each batch (absent: it batches the part outside the slice)
-    batches: str | None = Field(None, pattern="^whole-split$")
+    # "slice-free": a local update batches the part outside the slice (absent: it batches the whole
+    # train split and leaves the held-out samples out of each batch)
+    batches: str | None = Field(None, pattern="^slice-free$")
     # there, whether the model a client sends is trained on its held-out slice too, and which round's
     # aggregate the consensus is, the examples it averaged (Σ n_j) and whose models it holds, so that
     # a client whose update it holds can score with it less that update

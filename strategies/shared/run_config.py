@@ -124,9 +124,10 @@ class RunConfig(Settings):
     # since the start) than the models trained from it, then the mix for the rest of the run
     safeguard_start: Literal["federation", "consensus", "mix"] = "federation"
     # how a client's local update over the train split less its held-out slice is batched:
-    # `slice-free`, the batches of that part; `whole-split`, the batches an epoch over the whole
-    # split makes, each less its held-out samples (the slice costs samples, not steps)
-    safeguard_batches: Literal["slice-free", "whole-split"] = "slice-free"
+    # `whole-split`, the batches an epoch over the whole split makes, each less its held-out
+    # samples (the slice costs samples, not steps: the steps of training alone); `slice-free`, the
+    # batches of that part (fewer steps, and a short last one)
+    safeguard_batches: Literal["whole-split", "slice-free"] = "whole-split"
     # differential privacy (docs/privacy.md): `sample`, DP-SGD in every client's local training
     # (per-example clipping and Gaussian noise); `client`, each client's update clipped and Gaussian
     # noise on each aggregate the server forms; `off`, none
