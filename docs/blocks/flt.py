@@ -1048,3 +1048,37 @@ def evidence_suite(prefix: str) -> str:
         "",
         "Δ against max(FedAvg, FedAvg+FT, Local) of the same run, mean over seeds 0, 1, 2.",
     ])
+
+
+BATCHINGS_SEEDS = range(5)  # the default job's seeds run with both batchings
+
+
+@block("safeguard-batches-default-job")
+def batches_default_job(prefix: str) -> str:
+    """The default job at five seeds with each batching of the safeguard's local update: FLT's
+    and SFL's personalized means, and the baselines (which read no safeguard setting)."""
+    runs = {(mode, seed): compare(f"default-job-seeds/{mode}-seed{seed}")
+            for mode in ("slice-free", "whole-split") for seed in BATCHINGS_SEEDS}
+    for seed in BATCHINGS_SEEDS:
+        for method in ("fedavg", "local"):
+            if runs["slice-free", seed].pers(method) != runs["whole-split", seed].pers(method):
+                raise ValueError(f"default-job-seeds: {method} differs between the batchings at seed {seed}")
+        for mode in ("slice-free", "whole-split"):
+            expect_run_setting(runs[mode, seed], "safeguard-batches", mode)
+    rows, means = [], {}
+    for method in ("flt", "sfl"):
+        for mode in ("slice-free", "whole-split"):
+            values = [runs[mode, seed].pers(method) for seed in BATCHINGS_SEEDS]
+            means[method, mode] = sum(values) / len(values)
+            rows.append([method, mode, *(num(v) for v in values), num(means[method, mode])])
+    for method in ("fedavg", "local"):
+        values = [runs["whole-split", seed].pers(method) for seed in BATCHINGS_SEEDS]
+        rows.append([method, "either", *(num(v) for v in values), num(sum(values) / len(values))])
+    header = ("method", "batches", *(f"seed {s}" for s in BATCHINGS_SEEDS), "mean")
+    return "\n".join([
+        table(header, rows, "ll" + "r" * (len(BATCHINGS_SEEDS) + 1)),
+        "",
+        "Personalized mean accuracy (%) of the default job; whole-split − slice-free, mean over the "
+        f"seeds: FLT {signed(means['flt', 'whole-split'] - means['flt', 'slice-free'])}, SFL "
+        f"{signed(means['sfl', 'whole-split'] - means['sfl', 'slice-free'])}.",
+    ])
