@@ -484,6 +484,18 @@ def _untuned_delta(row: dict) -> float | None:
     return means["flt"] - max(base)
 
 
+def _joined_untuned(first: str, *more: str) -> dict[str, dict]:
+    """The rows of an untuned result and of the results that added seeds to it, by setting; a
+    setting the first already holds must have the same FLT number in the others (the same run)."""
+    joined = _untuned_rows(first)
+    for part in more:
+        for name, row in _untuned_rows(part).items():
+            if name in joined and joined[name]["means"]["flt"] != row["means"]["flt"]:
+                raise ValueError(f"{part} and {first} differ on {name}")
+            joined[name] = row
+    return joined
+
+
 def _untuned_complete(row: dict) -> bool:
     return bool((row.get("flt") or {}).get("complete-graph"))
 
@@ -870,15 +882,9 @@ def slice_cost(prefix: str) -> str:
 def untuned_whole_split(prefix: str) -> str:
     """FLT with `safeguard-batches = whole-split` against FLT as committed, on every untuned
     setting and added seed: Δ against the best baseline, and the item-3 targets."""
-    default = {**_untuned_rows("untuned-after"), **_untuned_rows("untuned-seeds"),
-               **_untuned_rows("untuned-groups-seeds")}
-    whole = {**_untuned_rows("untuned-whole-split"), **_untuned_rows("untuned-whole-split-seeds"),
-             **_untuned_rows("untuned-whole-split-groups")}
-    for part in ("untuned-whole-split-seeds", "untuned-whole-split-groups"):
-        for name, row in _untuned_rows(part).items():
-            first = _untuned_rows("untuned-whole-split").get(name)
-            if first is not None and first["means"]["flt"] != row["means"]["flt"]:
-                raise ValueError(f"{part} and untuned-whole-split differ on {name}")
+    default = _joined_untuned("untuned-after", "untuned-seeds", "untuned-groups-seeds")
+    whole = _joined_untuned("untuned-whole-split", "untuned-whole-split-seeds",
+                            "untuned-whole-split-groups")
     names = sorted(whole, key=lambda n: (n.split("-s")[0] if "-s" in n else n, whole[n]["seed"]))
     rows = [[n, whole[n]["structure"], "complete" if _untuned_complete(whole[n]) else "graph",
              num(default[n]["means"]["flt"]), num(whole[n]["means"]["flt"]),
@@ -991,15 +997,9 @@ def untuned_evidence(prefix: str) -> str:
     """FLT with the cut from the evidence (`flt.threshold = evidence`) against the relative
     threshold, both with whole-split batches, on every untuned setting and added seed; then the
     item-3 targets per setting family (seed means)."""
-    relative = {**_untuned_rows("untuned-whole-split"), **_untuned_rows("untuned-whole-split-seeds"),
-                **_untuned_rows("untuned-whole-split-groups")}
-    evidence = {**_untuned_rows("untuned-evidence"), **_untuned_rows("untuned-evidence-seeds"),
-                **_untuned_rows("untuned-evidence-groups")}
-    for part in ("untuned-evidence-seeds", "untuned-evidence-groups"):
-        for name, row in _untuned_rows(part).items():
-            first = _untuned_rows("untuned-evidence").get(name)
-            if first is not None and first["means"]["flt"] != row["means"]["flt"]:
-                raise ValueError(f"{part} and untuned-evidence differ on {name}")
+    relative = _joined_untuned("untuned-whole-split", "untuned-whole-split-seeds",
+                               "untuned-whole-split-groups")
+    evidence = _joined_untuned("untuned-evidence", "untuned-evidence-seeds", "untuned-evidence-groups")
     names = sorted(evidence, key=lambda n: (_family(n), evidence[n]["seed"]))
     rows = [[n, evidence[n]["structure"], _graph(relative[n]), _graph(evidence[n]),
              signed(_untuned_delta(relative[n])), signed(_untuned_delta(evidence[n]))] for n in names]
