@@ -232,6 +232,13 @@ def evidence_cut(codes: np.ndarray, distance: np.ndarray, *, draws: int = NULL_D
     return EvidenceCut(best + 1, gamma, StructureTest(contrast, p, draws))
 
 
+def _evidence_gamma(codes: np.ndarray, distance: np.ndarray) -> tuple[float, StructureTest]:
+    """γ and the structure test of `evidence_cut`; with too few clients to test, γ = 0 (no edge)
+    and an undefined test (the complete graph where the test decides)."""
+    cut = evidence_cut(codes, distance)
+    return (0.0, StructureTest(None, None, NULL_DRAWS)) if cut is None else (cut.gamma, cut.test)
+
+
 def _standardised(null: np.ndarray):
     """x ↦ (x − the null's mean) / its standard deviation, per column (cut size)."""
     centre, spread = null.mean(axis=0), np.maximum(null.std(axis=0), 1e-12)
@@ -394,12 +401,10 @@ class Relatedness:
         codes = np.stack([self.centroids[c].mean(axis=0) for c in placed])
         recut = False
         if self.evidence:
-            cut = evidence_cut(codes, self.distance[np.ix_(placed, placed)])
-            gamma = 0.0 if cut is None else cut.gamma
+            gamma, self.test = _evidence_gamma(codes, self.distance[np.ix_(placed, placed)])
             recut = gamma != self.gamma
             self.gamma = gamma
             self.adjacency = threshold_adjacency(self.distance, gamma)
-            self.test = StructureTest(None, None, NULL_DRAWS) if cut is None else cut.test
         else:
             self.test = structure_test(codes, self.adjacency[np.ix_(placed, placed)])
         complete = not self.test.structured(confidence)
@@ -496,10 +501,9 @@ def form_client_relatedness(
 
     started = time.perf_counter()
     codes = np.stack([centroids[c].mean(axis=0) for c in clients])
-    cut = None
+    cut_test = None
     if evidence:
-        cut = evidence_cut(codes, distances[np.ix_(clients, clients)])
-        gamma = 0.0 if cut is None else cut.gamma
+        gamma, cut_test = _evidence_gamma(codes, distances[np.ix_(clients, clients)])
     elif relative_gamma is not None:
         gamma = relative_threshold(distances, relative_gamma)
     adjacency = threshold_adjacency(distances, gamma)
@@ -511,10 +515,7 @@ def form_client_relatedness(
     test = None
     complete = False
     if structure_confidence is not None and len(clients) > 1:
-        if evidence:
-            test = StructureTest(None, None, NULL_DRAWS) if cut is None else cut.test
-        else:
-            test = structure_test(codes, graph)
+        test = cut_test if evidence else structure_test(codes, graph)
         complete = not test.structured(structure_confidence)
     seconds["structure-check"] = time.perf_counter() - started
 
