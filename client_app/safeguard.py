@@ -396,12 +396,8 @@ def evaluate(message: Message, context: Context, guard: SafeguardInstructions) -
         # the client answers with the fine-tuned model where its held-out slice prefers it
         finetuned = prefers_finetuned(rt, ins, guard, choice, personal, model)
         report["finetuned"] = float(finetuned)
-        keep_own(context, rt.client_id, model)  # the client's newest own model
-        if finetuned and guard.answer == "refit":  # chosen on the slice, then fit on every sample
-            model = rt.model(personal)
-            _finetune(model, *rt.tensors("train"), ins, rt.client_id)
-            tuned = test_model(model, x_test, y_test, ins.batch_size, rt.data.target_scale)
         used = tuned if finetuned else used
+        keep_own(context, rt.client_id, model)  # the client's newest own model
     reply = evaluate_reply(message, used, fields)
     reply.content[SAFEGUARD] = SafeguardEvaluateReply(**report).config()
     return reply

@@ -73,8 +73,6 @@ class Safeguard(RunCallback):
         fields: dict[str, Any] = {"holdout": cfg.safeguard_holdout, "grid": cfg.safeguard_grid}
         if cfg.safeguard_batches == "slice-free":
             fields["batches"] = cfg.safeguard_batches
-        if cfg.safeguard_answer == "refit":
-            fields["answer"] = cfg.safeguard_answer
         if self.consensus():
             fields["margin"] = cfg.safeguard_margin
             if self.weight is not None:

@@ -14,7 +14,6 @@ from flwr.app import ArrayRecord, Context, Message, RecordDict
 
 from client_app import layers, safeguard, safeguard_consensus
 from client_app.app import app as client_app
-from client_app.evaluation import _finetune
 from client_app.runtime import ClientRuntime, client_runtime
 from client_app.training import evaluate as evaluate_model
 from models import build_model
@@ -500,47 +499,6 @@ def test_the_evaluation_reports_the_model_the_held_out_slice_chose(node, monkeyp
     assert reply.accuracy == pytest.approx(reply.finetuned_accuracy if prefers else mix_accuracy)
     after = safeguard.own_model(context, 0).to_torch_state_dict()  # fine-tuned either way: the own
     assert any(not torch.equal(own.to_torch_state_dict()[k], after[k]) for k in after)  # model
-
-
-@pytest.mark.parametrize("prefers", [True, False])
-def test_a_refit_answer_is_the_chosen_mix_fine_tuned_on_every_sample(node, monkeypatch, prefers):
-    """`safeguard-answer = refit`: where the slice prefers the fine-tuned mix, the client answers with
-    the mix fine-tuned on its whole train split, slice included; its own model stays the one tuned
-    without the slice (so the slice stays held out), and the reported `finetuned-*` stay that
-    model's. Where the slice prefers the mix, the answer is the mix, as without refit."""
-    cfg, context = node
-    _train(context, _model(cfg, 1), **GUARD)
-    seen = []
-
-    def decide(rt, ins, guard, choice, mixed, tuned):
-        seen.append(choice)
-        return prefers
-
-    monkeypatch.setattr(safeguard, "prefers_finetuned", decide)
-    own, received = safeguard.own_model(context, 0), _model(cfg, 4)
-    reply = _evaluate(context, received, finetune_epochs=1, safeguard_answer="refit", **GUARD)
-    rt = _runtime(context)
-    ins, guard = EvaluateInstructions.read(evaluate_config(finetune_epochs=1)), _guard(**GUARD)
-    mixed = ArrayRecord(safeguard.mix(own.to_torch_state_dict(), received.to_torch_state_dict(),
-                                      seen[0].weight))
-    slice_free, refit = rt.model(mixed), rt.model(mixed)
-    safeguard.finetune_slice_free(rt, ins, guard, slice_free)
-    _finetune(refit, *rt.tensors("train"), ins, 0)
-    x, y = rt.tensors("test")
-    expected = evaluate_model(refit if prefers else rt.model(mixed), x, y, 32).accuracy
-    assert reply.accuracy == pytest.approx(expected)
-    assert reply.finetuned_accuracy == pytest.approx(evaluate_model(slice_free, x, y, 32).accuracy)
-    kept = safeguard.own_model(context, 0).to_torch_state_dict()
-    assert all(torch.equal(kept[k], v) for k, v in slice_free.state_dict().items())
-    assert any(not torch.equal(kept[k], v) for k, v in refit.state_dict().items())
-
-
-def test_the_refit_answer_is_in_the_record_only_when_set():
-    assert "answer" not in dict(safeguard_component("sfl").request_records("evaluate", 2)["safeguard"])
-    records = safeguard_component("sfl", **{"safeguard-answer": "refit"}).request_records("evaluate", 2)
-    assert dict(records["safeguard"])["answer"] == "refit"
-    with pytest.raises(ValueError, match="safeguard-answer"):
-        RunConfig.from_flower({**default_run_config(), "safeguard-answer": "all"})
 
 
 def test_the_sent_model_also_learns_the_held_out_slice_and_the_own_model_does_not(node):

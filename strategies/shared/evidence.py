@@ -42,9 +42,6 @@ class SafeguardInstructions(Record):
     # "slice-free": a local update batches the part outside the slice (absent: it batches the whole
     # train split and leaves the held-out samples out of each batch)
     batches: str | None = Field(None, pattern="^slice-free$")
-    # "refit": where the slice prefers the evaluation's fine-tuned mix, the client answers with the mix
-    # fine-tuned on its whole train split (absent: with the fine-tuned model it tested)
-    answer: str | None = Field(None, pattern="^refit$")
     # there, whether the model a client sends is trained on its held-out slice too, and which round's
     # aggregate the consensus is, the examples it averaged (Σ n_j) and whose models it holds, so that
     # a client whose update it holds can score with it less that update

@@ -128,11 +128,6 @@ class RunConfig(Settings):
     # samples (the slice costs samples, not steps: the steps of training alone); `slice-free`, the
     # batches of that part (fewer steps, and a short last one)
     safeguard_batches: Literal["whole-split", "slice-free"] = "whole-split"
-    # where a client's held-out slice prefers the evaluation's fine-tuned mix (`finetune-epochs` > 0),
-    # what it answers with: `refit`, the chosen mix fine-tuned again on the whole train split, slice
-    # included (the selection made on the slice, then the fit on every sample; its own model stays the
-    # slice-free one, so the slice stays held out); `slice-free`, the fine-tuned model that was tested
-    safeguard_answer: Literal["refit", "slice-free"] = "slice-free"
     # differential privacy (docs/privacy.md): `sample`, DP-SGD in every client's local training
     # (per-example clipping and Gaussian noise); `client`, each client's update clipped and Gaussian
     # noise on each aggregate the server forms; `off`, none
