@@ -1082,3 +1082,99 @@ def batches_default_job(prefix: str) -> str:
         f"seeds: FLT {signed(means['flt', 'whole-split'] - means['flt', 'slice-free'])}, SFL "
         f"{signed(means['sfl', 'whole-split'] - means['sfl', 'slice-free'])}.",
     ])
+
+
+OPEN_CELLS = (("shards", 1.0), ("domains", 1.0))  # the suite cells below the no-regret line
+WHOLE_SPLIT_RUNS = (f"{DIAG}/whole-split-seed0", f"{DIAG}/whole-split-seeds12",
+                    f"{DIAG}/whole-split-seeds345")
+
+
+@block("safeguard-open-cells")
+def open_cells(prefix: str) -> str:
+    """The two suite cells below the no-regret line, seeds 0-5: Local replayed less the held-out
+    slice (benchmarks/studies/slice_cost.py on benchmarks/experiments/suite-open-cells.toml) beside
+    Local, FLT and SFL with whole-split batches, and FLT and SFL answering with the refit mix
+    (`safeguard-answer = refit`, measured and removed again)."""
+    whole = suite(*WHOLE_SPLIT_RUNS)
+    refit = suite(f"{DIAG}/refit", baselines_from=WHOLE_SPLIT_RUNS)
+    replay = {r["name"]: r["means"] for r in raw("slice-cost-suite-open-cells")["rows"]}
+    rows, costs, best = [], {}, set()
+    for setting, rho in OPEN_CELLS:
+        seeds = refit.seeds(setting, rho, "flt")
+        less = []
+        for seed in seeds:
+            means = replay[f"{setting}-rho{rho:g}-seed{seed}"]
+            local = whole.value(setting, rho, "local", seeds=[seed])
+            if abs(means["whole split"] - local) > 1e-9:
+                raise ValueError(f"slice-cost-suite-open-cells: {setting} seed {seed}'s replay on the "
+                                 f"whole split ({means['whole split']}) is not the suite's Local ({local})")
+            less.append(means["whole-split"])
+            base = {label: whole.value(setting, rho, label, seeds=[seed])
+                    for label in ("fedavg", "fedavg+FT", "local")}
+            best.add(max(base, key=base.get))
+        local = whole.value(setting, rho, "local", seeds=seeds)
+        less_mean = sum(less) / len(less)
+        costs[setting] = [v - whole.value(setting, rho, "local", seeds=[s]) for v, s in zip(less, seeds)]
+        for method in ("flt", "sfl"):
+            rows.append([f"{setting} ρ={rho:g}", method, num(local), num(less_mean),
+                         num(whole.value(setting, rho, method, seeds=seeds)),
+                         num(refit.value(setting, rho, method, seeds=seeds)),
+                         signed(whole.delta(setting, rho, method, seeds=seeds)),
+                         signed(refit.delta(setting, rho, method, seeds=seeds)),
+                         signed(whole.value(setting, rho, method, seeds=seeds) - less_mean)])
+    spans = "; ".join(f"{s}: {signed(sum(c) / len(c))} ({signed(min(c))} to {signed(max(c))})"
+                      for s, c in costs.items())
+    return "\n".join([
+        table(("cell", "method", "Local", "Local less the slice", "method", "method, refit answer",
+               "Δ", "Δ refit", "method − Local less the slice"), rows, "llrrrrrrr"),
+        "",
+        f"Personalized mean accuracy (%), mean over seeds {', '.join(str(s) for s in seeds)}; Δ against "
+        f"max(FedAvg, FedAvg+FT, Local) of the same seed (the best: {', '.join(sorted(best))}). *Local "
+        "less the slice*: Local's training replayed on the train split less the safeguard's held-out "
+        "slice, in the whole split's batches (the replay on the whole split is the suite's Local to "
+        f"the digit). What the slice costs Local, per cell: {spans}.",
+    ])
+
+
+@block("flt-untuned-refit")
+def untuned_refit(prefix: str) -> str:
+    """FLT answering with the refit mix (`safeguard-answer = refit`, measured and removed again)
+    against FLT with the defaults (whole-split batches), on every untuned setting and added seed."""
+    whole = _joined_untuned("untuned-whole-split", "untuned-whole-split-seeds",
+                            "untuned-whole-split-groups")
+    refit = _joined_untuned("untuned-refit", "untuned-refit-seeds", "untuned-refit-groups")
+    names = sorted(refit, key=lambda n: (_family(n), refit[n]["seed"]))
+    moved = {n: refit[n]["means"]["flt"] - whole[n]["means"]["flt"] for n in names}
+    rows = [[n, refit[n]["structure"], _graph(refit[n]), num(whole[n]["means"]["flt"]),
+             num(refit[n]["means"]["flt"]), signed(moved[n]), signed(_untuned_delta(whole[n])),
+             signed(_untuned_delta(refit[n]))] for n in names]
+    values = list(moved.values())
+    below = [n for n in names if _untuned_delta(refit[n]) < -0.5]
+    return "\n".join([
+        table(("setting", "structure", "decision", "FLT", "FLT, refit answer", "refit − FLT",
+               "Δ", "Δ refit"), rows, "lllrrrrr"),
+        "",
+        f"Refit − FLT over the {len(names)} settings: mean {signed(sum(values) / len(values))}, from "
+        f"{signed(min(values))} to {signed(max(values))}; the same number on "
+        f"{sum(1 for v in values if v == 0)}. Below −0.5 with the refit answer: "
+        f"{', '.join(below) or 'none'}.",
+    ])
+
+
+@block("safeguard-refit-default-job")
+def refit_default_job(prefix: str) -> str:
+    """The default job at five seeds with the refit answer (`safeguard-answer = refit`, measured and
+    removed again) against the same seeds with the defaults (whole-split batches)."""
+    parts = []
+    for method in ("flt", "sfl"):
+        moved = []
+        for seed in BATCHINGS_SEEDS:
+            refit, default = (compare(f"default-job-seeds/{name}-seed{seed}")
+                              for name in ("refit", "whole-split"))
+            expect_run_setting(default, "safeguard-batches", "whole-split")
+            expect_run_setting(refit, "safeguard-answer", "refit")
+            moved.append(refit.pers(method) - default.pers(method))
+        parts.append(f"{method.upper()} {', '.join(signed(m) for m in moved)} (mean "
+                     f"{signed(sum(moved) / len(moved))})")
+    return ("The default job with the refit answer, refit − defaults at seeds "
+            f"{', '.join(str(s) for s in BATCHINGS_SEEDS)}: {'; '.join(parts)}.")
