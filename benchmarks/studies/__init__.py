@@ -23,4 +23,5 @@ before the studies moved here). The experiments that are re-run are configs of t
 - `sfl_scale`: How long does SFL's server aggregation take at scale, as a multiple of the plain mean of the same matrix?
 - `untuned`: Does FLT keep up with max(FedAvg, FedAvg+FT, Local) on settings no rule was tuned on, drawn before its structure decision changed?
 - `slice_cost`: What does the safeguard's held-out slice cost a client that trains alone, and is it the samples or the batches?
+- `safeguard_answers`: What does a graph method's client answer with at the last evaluation, against its own model and the model it received?
 """

@@ -1178,3 +1178,39 @@ def refit_default_job(prefix: str) -> str:
                      f"{signed(sum(moved) / len(moved))})")
     return ("The default job with the refit answer, refit − defaults at seeds "
             f"{', '.join(str(s) for s in BATCHINGS_SEEDS)}: {'; '.join(parts)}.")
+
+
+@block("safeguard-open-cells-answers")
+def open_cells_answers(prefix: str) -> str:
+    """The two open cells at seeds 0-5: what the clients answer with at the last evaluation, their
+    own models and the received ones (benchmarks/studies/safeguard_answers.py), beside Local replayed
+    less the held-out slice."""
+    study = raw("safeguard-answers-open-cells")
+    whole = suite(*WHOLE_SPLIT_RUNS)
+    replay = {r["name"]: r["means"] for r in raw("slice-cost-suite-open-cells")["rows"]}
+    rho = study["rho"]
+    rows, gaps = [], []
+    for setting, method in dict.fromkeys((r["setting"], r["method"]) for r in study["rows"]):
+        runs = [r for r in study["rows"] if r["setting"] == setting and r["method"] == method]
+        for r in runs:
+            committed = whole.value(setting, rho, method, seeds=[r["seed"]])
+            if abs(r["final"] - committed) > 1e-9:
+                raise ValueError(f"safeguard-answers-open-cells: {method} on {setting} seed {r['seed']} "
+                                 f"ended at {r['final']}, the suite's run at {committed}")
+        mean = lambda key: sum(r[key] for r in runs) / len(runs)
+        less = sum(replay[f"{setting}-rho{rho:g}-seed{r['seed']}"]["whole-split"] for r in runs) / len(runs)
+        rows.append([f"{setting} ρ={rho:g}", method, num(less), num(mean("own")), num(mean("received")),
+                     num(mean("answer")), f"{mean('own-weight'):.2f}", f"{mean('finetuned'):.0f} %"])
+        gaps.append(f"{method.upper()} on {setting}: own model {signed(mean('own') - less)}, answer "
+                    f"{signed(mean('answer') - less)}")
+    seeds = sorted({r["seed"] for r in study["rows"]})
+    return "\n".join([
+        table(("cell", "method", "Local less the slice", "own model", "received model", "answer",
+               "own weight", "fine-tuned"), rows, "llrrrrrr"),
+        "",
+        f"Test accuracy (%) at the last evaluation, mean over the clients and seeds "
+        f"{', '.join(map(str, seeds))}: the client's own model (the one it last trained, before the "
+        "evaluation's fine-tuning), the model it received, and its answer; the own model's mean "
+        "weight in the chosen mix and the share of clients answering with the fine-tuned mix. Against "
+        f"Local less the slice: {'; '.join(gaps)}.",
+    ])
