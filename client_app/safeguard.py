@@ -17,7 +17,9 @@ carry a `safeguard` record, `SafeguardInstructions`, with its `holdout` and `gri
 4. where the record carries a `margin` (the server sends it while the strategy hands every client
    the federation's consensus), departs from the federation's model only on clear evidence and
    reports it for the server to pool; there `send-slice` and `train-consensus` apply
-   (client_app/safeguard_consensus.py).
+   (client_app/safeguard_consensus.py), and a sampled client that trains from its chosen mix rather
+   than the consensus trains from its own model unless that mix is clearly better than it on the
+   slice (the record's `start-mix`: from the mix).
 5. where the evaluation fine-tunes the chosen mix (`finetune-epochs` > 0, client_app/evaluation.py),
    answers with the fine-tuned model if it scores at least as well on the slice (with a margin: if it
    is clearly better than the mix; `prefers_finetuned`); the fine-tuned model is the client's own
@@ -343,7 +345,8 @@ def _search(rt: ClientRuntime, context: Context, ins, guard: SafeguardInstructio
 
 class SafeguardLayer(Layer):
     """The safeguard around a method's local update (`client_app.layers.Layer`): training starts
-    from the chosen mix (or the consensus, `trains_from_consensus`), runs outside the held-out slice,
+    from the chosen mix (or the consensus, `trains_from_consensus`; with a margin otherwise from the
+    own model unless the chosen mix is clearly better than it), runs outside the held-out slice,
     and the trained model becomes the client's own (`keep_trained`, `train_on_slice`)."""
 
     def __init__(self, context: Context, guard: SafeguardInstructions) -> None:
@@ -353,7 +356,15 @@ class SafeguardLayer(Layer):
     def start(self, rt: ClientRuntime, ins, received: Mapping[str, ArrayRecord]) -> ArrayRecord:
         if trains_from_consensus(self.context, rt.client_id, self.guard):
             return received[next(iter(received))]  # FedAvg's start; the better of the two is kept
-        return choose(rt, self.context, ins, self.guard, received)[0]
+        start, choice = choose(rt, self.context, ins, self.guard, received)
+        if self.guard.margin and not self.guard.start_mix and choice.source and choice.own_weight < 1.0:
+            own = own_model(self.context, rt.client_id)
+            xv, yv = held_out(rt, ins, self.guard)
+            mixed = choice.held or _per_sample(rt.model(start), xv, yv, ins.batch_size)
+            mine = _per_sample(rt.model(own), xv, yv, ins.batch_size)
+            if not clearly_better(*consensus.evidence(mixed, mine), float(self.guard.margin or 0.0)):
+                return own  # the own model unless the mix is clearly better on the slice
+        return start
 
     def train_index(self, rt: ClientRuntime, ins) -> torch.Tensor:
         return train_index(rt, ins, self.guard)

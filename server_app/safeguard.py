@@ -79,6 +79,8 @@ class Safeguard(RunCallback):
                 fields["weight"] = self.weight
             if self.start.from_consensus:
                 fields["train_consensus"] = True
+            elif not cfg.safeguard_own_start:
+                fields["start_mix"] = True
             if cfg.safeguard_send_slice:
                 fields["send_slice"] = True
                 mass = self.run.strategy.consensus_mass()

@@ -22,6 +22,7 @@ from strategies.shared.evidence import (SAFEGUARD, SafeguardEvaluateReply, Safeg
                                         SafeguardTrainReply)
 from strategies.shared.messages import (
     CONFIG, EVALUATE, GLOBAL, METRICS, PERSONAL, TRAIN_LOCAL, EvaluateInstructions, EvaluateReply,
+    TrainInstructions,
     with_client
 )
 from strategies.shared.registry import METHODS
@@ -189,6 +190,46 @@ def test_the_margin_keeps_the_received_model_unless_a_mix_is_clearly_better(node
     held = _held(context)
     strict = _evaluate(context, ArrayRecord(useless), **GUARD, safeguard_margin=float(held))
     assert strict.safeguard_own == 0.0 and strict.accuracy == 0.0  # b − c ≤ held < held·√(b + c)
+
+
+def test_with_own_start_a_client_trains_from_its_own_model_unless_the_mix_is_clearly_better(node):
+    """`safeguard-own-start` (the consensus path once clients train from their mixes): the start is the
+    client's own model unless the chosen mix is `margin` standard errors better than it on the
+    held-out slice; with `start-mix` in the record (the setting off), the chosen mix."""
+    cfg, context = node
+    for round_ in range(1, 6):  # a few epochs: an own model that knows client 0's labels
+        start = safeguard.own_model(context, 0) or _model(cfg, 1)
+        _train(context, start, server_round=round_, **GUARD)
+    rt = _runtime(context)
+    ins = TrainInstructions.read(train_config(server_round=6))
+    own = safeguard.own_model(context, 0)
+    state = own.to_torch_state_dict()
+    # the own model nudged: the same answers on the slice, so the mix that ties is the received one
+    nudged = ArrayRecord({k: v + 1e-6 if v.is_floating_point() else v for k, v in state.items()})
+
+    def start(received: ArrayRecord, **fields) -> dict[str, torch.Tensor]:
+        guard = _guard(safeguard_margin=1.0, **GUARD, **fields)
+        return safeguard.SafeguardLayer(context, guard).start(rt, ins, {PERSONAL: received}
+                                                              ).to_torch_state_dict()
+
+    kept = start(nudged)
+    assert all(torch.equal(kept[k], v) for k, v in state.items())  # no evidence: the own model
+    taken = start(nudged, safeguard_start_mix=True)
+    assert any(not torch.equal(taken[k], v) for k, v in state.items())  # the chosen mix
+    # a useless own model against a good received one: the received model is clearly better
+    useless = {k: torch.zeros_like(v) for k, v in state.items()}
+    useless[[k for k in useless if k.endswith("bias")][-1]][9] = 100.0  # says 9, a label not held
+    context.state[safeguard.OWN.format(0)] = ArrayRecord(useless)
+    clear = start(own)
+    assert all(torch.equal(clear[k], v) for k, v in state.items())
+
+
+def test_a_mix_start_is_in_the_record_only_where_set_and_clients_train_from_their_mixes():
+    consensus, off = consensus_strategy(), {"safeguard-own-start": False}
+    records = lambda component: dict(component.request_records("train", 2)["safeguard"])
+    assert "start-mix" not in records(safeguard_component("flt", consensus, **off))  # from the consensus
+    assert records(safeguard_component("flt", consensus, **off, **{"safeguard-start": "mix"}))["start-mix"]
+    assert "start-mix" not in records(safeguard_component("flt", consensus, **{"safeguard-start": "mix"}))
 
 
 def test_the_federation_weight_pools_what_no_single_client_can_show():
