@@ -1214,3 +1214,54 @@ def open_cells_answers(prefix: str) -> str:
         "weight in the chosen mix and the share of clients answering with the fine-tuned mix. Against "
         f"Local less the slice: {'; '.join(gaps)}.",
     ])
+
+
+OWN_START_SEEDS = range(5)  # the default job's seeds run with safeguard-own-start
+
+
+@block("safeguard-own-start")
+def own_start(prefix: str) -> str:
+    """FLT with the own-model start (`safeguard-own-start = true`, now the default) against the
+    start from the chosen mix (the whole-split runs, the same code but for the setting): the suite's
+    cells where FLT hands out the consensus, the untuned list and the default job."""
+    before = suite(*WHOLE_SPLIT_RUNS)
+    after = suite(f"{DIAG}/own-start", baselines_from=WHOLE_SPLIT_RUNS[:2])
+    six = suite(f"{DIAG}/own-start-shards-rho1", baselines_from=WHOLE_SPLIT_RUNS)
+    rows = []
+    for setting, rho in after.cells():
+        seeds = after.seeds(setting, rho, "flt")
+        rows.append([f"{setting} ρ={rho:g}", ", ".join(map(str, seeds)),
+                     signed(before.delta(setting, rho, "flt", seeds=seeds)),
+                     signed(after.delta(setting, rho, "flt", seeds=seeds))])
+    for setting, rho in six.cells():
+        seeds = six.seeds(setting, rho, "flt")
+        rows.append([f"{setting} ρ={rho:g}", ", ".join(map(str, seeds)),
+                     signed(before.delta(setting, rho, "flt", seeds=seeds)),
+                     signed(six.delta(setting, rho, "flt", seeds=seeds))])
+    untuned_before = _joined_untuned("untuned-whole-split", "untuned-whole-split-seeds")
+    untuned_after = _joined_untuned("untuned-own-start", "untuned-own-start-seeds")
+    moved = {n: untuned_after[n]["means"]["flt"] - untuned_before[n]["means"]["flt"]
+             for n in untuned_after}
+    up = [f"{n} {signed(v)}" for n, v in sorted(moved.items()) if v > 0]
+    down = [f"{n} {signed(v)}" for n, v in sorted(moved.items()) if v < 0]
+    below = [f"{n} ({signed(_untuned_delta(untuned_after[n]))})" for n in sorted(untuned_after)
+             if _untuned_delta(untuned_after[n]) < -0.5]
+    job = []
+    for seed in OWN_START_SEEDS:
+        run, default = compare(f"default-job-seeds/own-start-seed{seed}"), \
+            compare(f"default-job-seeds/whole-split-seed{seed}")
+        expect_run_setting(run, "safeguard-own-start", True)
+        job.append(run.pers("flt") - default.pers("flt"))
+    return "\n".join([
+        table(("cell", "seeds", "Δ, start from the mix", "Δ, own-model start"), rows, "llrr"),
+        "",
+        "FLT's Δ against max(FedAvg, FedAvg+FT, Local) of the same seed, seed means, on the suite's "
+        "cells where FLT finds no groups and hands out the consensus.",
+        "",
+        f"- **Untuned list** ({len(moved)} settings and added seeds): own-model start − mix start "
+        f"mean {signed(sum(moved.values()) / len(moved))}; higher on {', '.join(up) or 'none'}; "
+        f"lower on {', '.join(down) or 'none'}; the same elsewhere. Below −0.5 with the own-model "
+        f"start: {', '.join(below) or 'none'}.",
+        f"- **Default job**, seeds {', '.join(map(str, OWN_START_SEEDS))}: FLT "
+        f"{', '.join(signed(v) for v in job)} (mean {signed(sum(job) / len(job))}).",
+    ])
