@@ -1164,7 +1164,7 @@ def untuned_refit(prefix: str) -> str:
 @block("safeguard-refit-default-job")
 def refit_default_job(prefix: str) -> str:
     """The default job at five seeds with the refit answer (`safeguard-answer = refit`, measured and
-    removed again) against the same seeds with the defaults (whole-split batches)."""
+    removed again) against the same seeds without it (whole-split batches, the start from the mix)."""
     parts = []
     for method in ("flt", "sfl"):
         moved = []
@@ -1176,7 +1176,7 @@ def refit_default_job(prefix: str) -> str:
             moved.append(refit.pers(method) - default.pers(method))
         parts.append(f"{method.upper()} {', '.join(signed(m) for m in moved)} (mean "
                      f"{signed(sum(moved) / len(moved))})")
-    return ("The default job with the refit answer, refit − defaults at seeds "
+    return ("The default job with the refit answer, refit − the same seeds without it at seeds "
             f"{', '.join(str(s) for s in BATCHINGS_SEEDS)}: {'; '.join(parts)}.")
 
 
