@@ -357,12 +357,13 @@ class SafeguardLayer(Layer):
         if trains_from_consensus(self.context, rt.client_id, self.guard):
             return received[next(iter(received))]  # FedAvg's start; the better of the two is kept
         start, choice = choose(rt, self.context, ins, self.guard, received)
-        if self.guard.margin and not self.guard.start_mix and choice.source and choice.own_weight < 1.0:
+        guard = self.guard
+        if guard.margin and not guard.start_mix and choice.source and choice.own_weight < 1.0:
             own = own_model(self.context, rt.client_id)
-            xv, yv = held_out(rt, ins, self.guard)
+            xv, yv = held_out(rt, ins, guard)
             mixed = choice.held or _per_sample(rt.model(start), xv, yv, ins.batch_size)
             mine = _per_sample(rt.model(own), xv, yv, ins.batch_size)
-            if not clearly_better(*consensus.evidence(mixed, mine), float(self.guard.margin or 0.0)):
+            if not clearly_better(*consensus.evidence(mixed, mine), guard.margin):
                 return own  # the own model unless the mix is clearly better on the slice
         return start
 
