@@ -1252,6 +1252,12 @@ def own_start(prefix: str) -> str:
             compare(f"default-job-seeds/whole-split-seed{seed}")
         expect_run_setting(run, "safeguard-own-start", True)
         job.append(run.pers("flt") - default.pers("flt"))
+    rotations = {}
+    for setting in (True, False):
+        run = compare(f"method-safeguard/flt-domains2-rho0.2-own-start-{str(setting).lower()}")
+        expect_run_setting(run, "safeguard-own-start", setting)
+        rotations[setting] = run.pers("flt")
+        case = run.settings
     return "\n".join([
         table(("cell", "seeds", "Δ, start from the mix", "Δ, own-model start"), rows, "llrr"),
         "",
@@ -1264,4 +1270,8 @@ def own_start(prefix: str) -> str:
         f"start: {', '.join(below) or 'none'}.",
         f"- **Default job**, seeds {', '.join(map(str, OWN_START_SEEDS))}: FLT "
         f"{', '.join(signed(v) for v in job)} (mean {signed(sum(job) / len(job))}).",
+        f"- **Two rotations FLT cannot separate** (domains {case['domain-rotations']}°, "
+        f"{case['num-clients']} clients, ρ = {case['fraction-train']:g}, {case['num-rounds']} rounds; "
+        f"the start table's case): FLT {num(rotations[True])} with the own-model start, "
+        f"{num(rotations[False])} with the start from the mix.",
     ])
