@@ -9,8 +9,8 @@ the evaluation fine-tunes anything) and the model it received are also tested on
 Writes `benchmarks/results/<name>.{md,json}`: per run, the final personalized mean and, over the
 clients at the last evaluation, the mean test accuracy of the own model, of the received model and
 of the answer, the own model's mean weight in the chosen mix and the share of clients that answered
-with the fine-tuned mix. The runs are the suite's runs of the same cell and seed (the wrapper only
-adds test passes), so the final means equal the suite's.
+with the fine-tuned mix. The runs are the suite's runs of the same cell, seed and `--set` keys (the
+wrapper only adds test passes), so the final means equal the suite's.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import (RESULTS_DIR, benchmark_parser, code_version, log_progress,
-                               machine_facts, set_threads, write_study)
+                               machine_facts, parse_set, set_threads, write_study)
 
 FIELDS = ("own", "received", "answer", "own-weight", "finetuned")
 
@@ -71,10 +71,10 @@ def last_answers(overrides: dict[str, Any]) -> dict[str, Any]:
     last = max(r["round"] for r in seen)
     rows = [r for r in seen if r["round"] == last]
     means = {}
-    for key in FIELDS:
+    for key in FIELDS:  # accuracies and the fine-tuned share in %, the own weight as it is
         values = [r[key] for r in rows if key in r]
-        means[key] = 100.0 * sum(values) / len(values) if values and key != "own-weight" else (
-            sum(values) / len(values) if values else None)
+        scale = 1.0 if key == "own-weight" else 100.0
+        means[key] = scale * sum(values) / len(values) if values else None
     return {"final": summary["final"]["personalized"]["mean"], "round": last, "clients": len(rows),
             **means}
 
@@ -106,6 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="comma-separated setting:method pairs (the suite's settings)")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--rho", type=float, default=1.0)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a run-config key for every run (repeatable)")
     parser.add_argument("--results-dir", default=str(RESULTS_DIR))
     args = parser.parse_args(argv)
     from benchmarks.suite import COMMON, SETTINGS
@@ -115,6 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if bad:
         raise SystemExit(f"--runs: {', '.join(bad)} is not setting:method with a setting of "
                          f"{', '.join(SETTINGS)}")
+    extra = parse_set(args.set)
     log_progress()
     set_threads(1)
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
@@ -122,14 +125,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     for setting, method in pairs:
         for seed in (int(s) for s in args.seeds.split(",")):
             overrides = {**COMMON, **SETTINGS[setting].overrides, "fraction-train": args.rho,
-                         "seed": seed, "method": method}
+                         "seed": seed, "method": method, **extra}
             row = {"setting": setting, "method": method, "seed": seed, **last_answers(overrides)}
             rows.append(row)
             print(row, flush=True)
     meta = {"name": args.name,
             "command": "python -m benchmarks.studies.safeguard_answers " + shlex.join(argv),
             "date": started, "machine": machine_facts(), "code": code_version(),
-            "common": COMMON, "rho": args.rho}
+            "common": COMMON, "rho": args.rho, "set": extra}
     write_study(Path(args.results_dir), args.name, {**meta, "rows": rows}, markdown(meta, rows))
     return 0
 
