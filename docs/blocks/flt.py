@@ -500,6 +500,43 @@ def _untuned_complete(row: dict) -> bool:
     return bool((row.get("flt") or {}).get("complete-graph"))
 
 
+def _by_family(rows: dict[str, dict]) -> list[str]:
+    """The settings of `rows`, each followed by its added seeds in seed order."""
+    return sorted(rows, key=lambda n: (_family(n), rows[n]["seed"]))
+
+
+def _flt_moved(base: dict[str, dict], variant: dict[str, dict]) -> dict[str, float]:
+    """FLT's accuracy with a variant − without it, per setting the variant ran."""
+    return {n: variant[n]["means"]["flt"] - base[n]["means"]["flt"] for n in variant}
+
+
+def _listed(moved: dict[str, float], names, keep) -> list[str]:
+    """`name ±points` for the settings of `names` whose change `keep` accepts."""
+    return [f"{n} {signed(moved[n])}" for n in names if keep(moved[n])]
+
+
+def _local_gaps(rows: list[dict]) -> list[float]:
+    """FLT − Local of each row."""
+    return [r["means"]["flt"] - r["means"]["local"] for r in rows]
+
+
+def _mean_local_gap(rows: list[dict]) -> float:
+    gaps = _local_gaps(rows)
+    return sum(gaps) / len(gaps)
+
+
+def _below_target(rows: dict[str, dict], names) -> list[str]:
+    """The settings of `names` where FLT is more than half a point below the best baseline."""
+    return [n for n in names if _untuned_delta(rows[n]) < -0.5]
+
+
+def _variant_cells(name: str, base: dict[str, dict], variant: dict[str, dict]) -> list[str]:
+    """FLT without and with a variant, their difference, and Δ without and with it."""
+    return [num(base[name]["means"]["flt"]), num(variant[name]["means"]["flt"]),
+            signed(variant[name]["means"]["flt"] - base[name]["means"]["flt"]),
+            signed(_untuned_delta(base[name])), signed(_untuned_delta(variant[name]))]
+
+
 @block("flt-untuned-reading")
 def untuned_reading(prefix: str) -> str:
     """What the structure test changed on the untuned settings, and where FLT misses the targets."""
@@ -582,10 +619,10 @@ def untuned_misses(prefix: str) -> str:
     for name, what in UNTUNED_VARIANTS:
         rows = _untuned_rows(name)
         fam = _seed_family(rows, "u07-shards")
-        gaps = [r["means"]["flt"] - r["means"]["local"] for r in fam]
+        gaps = _local_gaps(fam)
         variant_gaps.append(sum(gaps) / len(gaps))
         variant_lines.append(f"{what}: Δ {_deltas(fam)}; FLT − Local mean {signed(sum(gaps) / len(gaps))}")
-    base_gaps = [r["means"]["flt"] - r["means"]["local"] for r in u07]
+    base_gaps = _local_gaps(u07)
     if any(max(("fedavg", "fedavg+FT", "local"), key=lambda b: r["means"][b]) != "local" for r in u07):
         raise ValueError("untuned-seeds: Local is not the best baseline of u07-shards on every seed; "
                          "the reading below compares FLT with Local")
@@ -617,10 +654,7 @@ def untuned_local(prefix: str) -> str:
     path), u07's seeds, the graph settings with the candidate for every client, and u07 with a
     smaller held-out slice."""
     after = {**_untuned_rows("untuned-after"), **_untuned_rows("untuned-seeds")}
-    local = {**_untuned_rows("untuned-local"), **_untuned_rows("untuned-local-seeds")}
-    for name in set(_untuned_rows("untuned-local")) & set(_untuned_rows("untuned-local-seeds")):
-        if _untuned_rows("untuned-local")[name]["means"] != _untuned_rows("untuned-local-seeds")[name]["means"]:
-            raise ValueError(f"untuned-local and untuned-local-seeds differ on {name}")
+    local = _joined_untuned("untuned-local", "untuned-local-seeds")
     kept = [n for n in local if _local_candidate(local[n])]
     same = [n for n in kept if local[n]["means"]["flt"] == after[n]["means"]["flt"]]
     moved = [n for n in kept if n not in same]
@@ -630,11 +664,11 @@ def untuned_local(prefix: str) -> str:
         f"({_local_candidate(local[n]).get('answered')} client(s) answered with it)" for n in moved)
     negative = [n for n in kept if (_local_candidate(local[n]).get("evidence") or 0.0) < 0.0]
     u07 = _seed_family(local, "u07-shards")
-    gaps = [r["means"]["flt"] - r["means"]["local"] for r in u07]
+    gaps = _local_gaps(u07)
     behind = [_local_candidate(r)["accuracy"] - r["means"]["local"] for r in u07]
     short = _seed_family(_untuned_rows("untuned-u07-local-holdout2"), "u07-shards")
     short_behind = [_local_candidate(r)["accuracy"] - r["means"]["local"] for r in short]
-    short_gaps = [r["means"]["flt"] - r["means"]["local"] for r in short]
+    short_gaps = _local_gaps(short)
     graph = _untuned_rows("untuned-local-all")
     graph_moves = ", ".join(
         f"{n} {signed(_untuned_delta(after[n]))} → {signed(_untuned_delta(graph[n]))}" for n in graph)
@@ -676,18 +710,14 @@ def untuned_holdout(prefix: str) -> str:
     """FLT with a held-out slice of 2 % instead of 10 % (no candidate) against the default, on the
     whole untuned list and u07's / u13's seeds."""
     default = {**_untuned_rows("untuned-after"), **_untuned_rows("untuned-seeds")}
-    short = {**_untuned_rows("untuned-holdout2"), **_untuned_rows("untuned-holdout2-seeds")}
-    for name in set(_untuned_rows("untuned-holdout2")) & set(_untuned_rows("untuned-holdout2-seeds")):
-        if _untuned_rows("untuned-holdout2")[name]["means"] != _untuned_rows("untuned-holdout2-seeds")[name]["means"]:
-            raise ValueError(f"untuned-holdout2 and untuned-holdout2-seeds differ on {name}")
+    short = _joined_untuned("untuned-holdout2", "untuned-holdout2-seeds")
     names = list(short)
     rows = [[n, signed(_untuned_delta(default[n])), signed(_untuned_delta(short[n])),
              signed(short[n]["means"]["flt"] - default[n]["means"]["flt"])] for n in names]
-    below = {label: [n for n in names if _untuned_delta(rows_[n]) < -0.5]
-             for label, rows_ in (("default", default), ("short", short))}
+    below = {"default": _below_target(default, names), "short": _below_target(short, names)}
     groups = [n for n in names if short[n]["structure"] == "groups"]
     u07 = _seed_family(short, "u07-shards")
-    gaps = [r["means"]["flt"] - r["means"]["local"] for r in u07]
+    gaps = _local_gaps(u07)
     with_candidate = _seed_family(_untuned_rows("untuned-u07-local-holdout2"), "u07-shards")
     same = all(a["means"]["flt"] == b["means"]["flt"] for a, b in zip(u07, with_candidate))
     moved = [n for n in names if short[n]["means"]["flt"] != default[n]["means"]["flt"]]
@@ -741,8 +771,7 @@ def untuned_answer(prefix: str) -> str:
                          if n in measured else "")
         rows.append(cells)
     u07 = _seed_family(default, "u07-shards")
-    gap = lambda rs: sum(r["means"]["flt"] - r["means"]["local"] for r in rs) / len(rs)
-    gaps = [f"{label} {signed(gap(_seed_family(measured, 'u07-shards')))}"
+    gaps = [f"{label} {signed(_mean_local_gap(_seed_family(measured, 'u07-shards')))}"
             for label, _, measured in variants]
     graph = [n for n in names if not _untuned_complete(default[n])]
     graph_same = all(measured[n]["means"]["flt"] == default[n]["means"]["flt"]
@@ -757,7 +786,7 @@ def untuned_answer(prefix: str) -> str:
         "; ".join(f"*{label}*: {what}" for label, what, _ in variants) + ".",
         "",
         f"FLT − Local on u07-shards, mean over its {len(u07)} seeds: committed "
-        f"{signed(gap(u07))}; " + "; ".join(gaps) + ". "
+        f"{signed(_mean_local_gap(u07))}; " + "; ".join(gaps) + ". "
         + (f"On the settings where FLT keeps its graph ({', '.join(graph)}) nothing moved, as "
            "the change is on the consensus path only. " if graph and graph_same else "")
         + (f"With one more pass, more than half a point lower on: {', '.join(lower)}."
@@ -772,33 +801,24 @@ def untuned_twin(prefix: str) -> str:
     where the choice holds the own model (consensus path only; code removed after the run) against
     FLT as committed, on the whole untuned list and u07's / u13's seeds."""
     default = {**_untuned_rows("untuned-after"), **_untuned_rows("untuned-seeds")}
-    twin = {**_untuned_rows("untuned-twin"), **_untuned_rows("untuned-twin-seeds")}
-    for name in set(_untuned_rows("untuned-twin")) & set(_untuned_rows("untuned-twin-seeds")):
-        if _untuned_rows("untuned-twin")[name]["means"] != _untuned_rows("untuned-twin-seeds")[name]["means"]:
-            raise ValueError(f"untuned-twin and untuned-twin-seeds differ on {name}")
-    names = sorted(twin, key=lambda n: (n.split("-s")[0] if n.startswith(("u07", "u13")) else n,
-                                        twin[n]["seed"]))
+    twin = _joined_untuned("untuned-twin", "untuned-twin-seeds")
+    names = _by_family(twin)
     rows = [[n, "complete" if _untuned_complete(default[n]) else "graph",
-             num(default[n]["means"]["local"]), num(default[n]["means"]["flt"]),
-             num(twin[n]["means"]["flt"]),
-             signed(twin[n]["means"]["flt"] - default[n]["means"]["flt"]),
-             signed(_untuned_delta(default[n])), signed(_untuned_delta(twin[n]))] for n in names]
-    gap = lambda rs: sum(r["means"]["flt"] - r["means"]["local"] for r in rs) / len(rs)
+             num(default[n]["means"]["local"]), *_variant_cells(n, default, twin)] for n in names]
     u07, u07_twin = _seed_family(default, "u07-shards"), _seed_family(twin, "u07-shards")
     graph = [n for n in names if not _untuned_complete(default[n])]
-    graph_same = all(twin[n]["means"]["flt"] == default[n]["means"]["flt"] for n in graph)
-    lower = [f"{n} {signed(twin[n]['means']['flt'] - default[n]['means']['flt'])}" for n in names
-             if twin[n]["means"]["flt"] - default[n]["means"]["flt"] < -0.5]
-    higher = [f"{n} {signed(twin[n]['means']['flt'] - default[n]['means']['flt'])}" for n in names
-              if twin[n]["means"]["flt"] - default[n]["means"]["flt"] > 0.5]
-    below = {label: [n for n in names if _untuned_delta(rows_[n]) < -0.5]
-             for label, rows_ in (("committed", default), ("twin", twin))}
+    moved = _flt_moved(default, twin)
+    graph_same = all(moved[n] == 0 for n in graph)
+    lower = _listed(moved, names, lambda v: v < -0.5)
+    higher = _listed(moved, names, lambda v: v > 0.5)
+    below = {"committed": _below_target(default, names), "twin": _below_target(twin, names)}
     return "\n".join([
         table(("setting", "decision", "Local", "FLT (committed)", "FLT, twin", "twin − committed",
                "Δ committed", "Δ twin"), rows, "llrrrrrr"),
         "",
-        f"FLT − Local on u07-shards, mean over its {len(u07)} seeds: committed {signed(gap(u07))}, "
-        f"with the twin {signed(gap(u07_twin))} ("
+        f"FLT − Local on u07-shards, mean over its {len(u07)} seeds: committed "
+        f"{signed(_mean_local_gap(u07))}, "
+        f"with the twin {signed(_mean_local_gap(u07_twin))} ("
         + ", ".join(f"{signed(r['means']['flt'] - r['means']['local'])} (seed {r['seed']})"
                     for r in u07_twin) + "). "
         + (f"On the settings where FLT keeps its graph ({', '.join(graph)}) nothing moved, as "
@@ -885,12 +905,11 @@ def untuned_whole_split(prefix: str) -> str:
     default = _joined_untuned("untuned-after", "untuned-seeds", "untuned-groups-seeds")
     whole = _joined_untuned("untuned-whole-split", "untuned-whole-split-seeds",
                             "untuned-whole-split-groups")
-    names = sorted(whole, key=lambda n: (n.split("-s")[0] if "-s" in n else n, whole[n]["seed"]))
+    names = _by_family(whole)
     rows = [[n, whole[n]["structure"], "complete" if _untuned_complete(whole[n]) else "graph",
              num(default[n]["means"]["flt"]), num(whole[n]["means"]["flt"]),
              signed(_untuned_delta(default[n])), signed(_untuned_delta(whole[n]))] for n in names]
-    below = {label: [n for n in names if _untuned_delta(rs[n]) < -0.5]
-             for label, rs in (("committed", default), ("whole-split", whole))}
+    below = {"committed": _below_target(default, names), "whole-split": _below_target(whole, names)}
     groups = [n for n in names if whole[n]["structure"] == "groups"]
     short = {label: [n for n in groups if _untuned_delta(rs[n]) < 2.0]
              for label, rs in (("committed", default), ("whole-split", whole))}
@@ -1143,13 +1162,12 @@ def untuned_refit(prefix: str) -> str:
     whole = _joined_untuned("untuned-whole-split", "untuned-whole-split-seeds",
                             "untuned-whole-split-groups")
     refit = _joined_untuned("untuned-refit", "untuned-refit-seeds", "untuned-refit-groups")
-    names = sorted(refit, key=lambda n: (_family(n), refit[n]["seed"]))
-    moved = {n: refit[n]["means"]["flt"] - whole[n]["means"]["flt"] for n in names}
-    rows = [[n, refit[n]["structure"], _graph(refit[n]), num(whole[n]["means"]["flt"]),
-             num(refit[n]["means"]["flt"]), signed(moved[n]), signed(_untuned_delta(whole[n])),
-             signed(_untuned_delta(refit[n]))] for n in names]
+    names = _by_family(refit)
+    moved = _flt_moved(whole, refit)
+    rows = [[n, refit[n]["structure"], _graph(refit[n]), *_variant_cells(n, whole, refit)]
+            for n in names]
     values = list(moved.values())
-    below = [n for n in names if _untuned_delta(refit[n]) < -0.5]
+    below = _below_target(refit, names)
     return "\n".join([
         table(("setting", "structure", "decision", "FLT", "FLT, refit answer", "refit − FLT",
                "Δ", "Δ refit"), rows, "lllrrrrr"),
@@ -1240,12 +1258,11 @@ def own_start(prefix: str) -> str:
                      signed(six.delta(setting, rho, "flt", seeds=seeds))])
     untuned_before = _joined_untuned("untuned-whole-split", "untuned-whole-split-seeds")
     untuned_after = _joined_untuned("untuned-own-start", "untuned-own-start-seeds")
-    moved = {n: untuned_after[n]["means"]["flt"] - untuned_before[n]["means"]["flt"]
-             for n in untuned_after}
-    up = [f"{n} {signed(v)}" for n, v in sorted(moved.items()) if v > 0]
-    down = [f"{n} {signed(v)}" for n, v in sorted(moved.items()) if v < 0]
-    below = [f"{n} ({signed(_untuned_delta(untuned_after[n]))})" for n in sorted(untuned_after)
-             if _untuned_delta(untuned_after[n]) < -0.5]
+    moved = _flt_moved(untuned_before, untuned_after)
+    up = _listed(moved, sorted(moved), lambda v: v > 0)
+    down = _listed(moved, sorted(moved), lambda v: v < 0)
+    below = [f"{n} ({signed(_untuned_delta(untuned_after[n]))})"
+             for n in _below_target(untuned_after, sorted(untuned_after))]
     job = []
     for seed in OWN_START_SEEDS:
         run, default = compare(f"default-job-seeds/own-start-seed{seed}"), \
