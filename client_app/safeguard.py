@@ -12,14 +12,15 @@ carry a `safeguard` record, `SafeguardInstructions`, with its `holdout` and `gri
 2. keeps its own model, the one it last trained, in its node's `context.state`;
 3. on receiving the method's model(s), tests the mixes (1 − a)·own + a·received for a on a grid of
    `grid` points in [0, 1] (for each received model) on the held-out slice, and takes the
-   best (accuracy, then loss; ties go to the larger a, toward the method's model). Training starts
-   from that mix; evaluation tests it.
+   best (accuracy, then loss; ties go to the larger a, toward the method's model). Evaluation
+   tests that mix; training starts from it where the record carries no `own-start`, and otherwise
+   from the client's own model unless the mix is `own-start` standard errors better than the own
+   model on the slice (`SafeguardLayer.start`).
 4. where the record carries a `margin` (the server sends it while the strategy hands every client
    the federation's consensus), departs from the federation's model only on clear evidence and
    reports it for the server to pool; there `send-slice` and `train-consensus` apply
-   (client_app/safeguard_consensus.py), and a sampled client that trains from its chosen mix rather
-   than the consensus trains from its own model unless that mix is clearly better than it on the
-   slice (the record's `start-mix`: from the mix).
+   (client_app/safeguard_consensus.py), and a sampled client trains from the consensus or from its
+   chosen mix (then with the own-model start of step 3).
 5. where the evaluation fine-tunes the chosen mix (`finetune-epochs` > 0, client_app/evaluation.py),
    answers with the fine-tuned model if it scores at least as well on the slice (with a margin: if it
    is clearly better than the mix; `prefers_finetuned`); the fine-tuned model is the client's own
@@ -345,9 +346,9 @@ def _search(rt: ClientRuntime, context: Context, ins, guard: SafeguardInstructio
 
 class SafeguardLayer(Layer):
     """The safeguard around a method's local update (`client_app.layers.Layer`): training starts
-    from the chosen mix (or the consensus, `trains_from_consensus`; with a margin otherwise from the
-    own model unless the chosen mix is clearly better than it), runs outside the held-out slice,
-    and the trained model becomes the client's own (`keep_trained`, `train_on_slice`)."""
+    from the chosen mix (or the consensus, `trains_from_consensus`; with the record's `own-start`
+    from the own model unless the chosen mix is clearly better than it), runs outside the held-out
+    slice, and the trained model becomes the client's own (`keep_trained`, `train_on_slice`)."""
 
     def __init__(self, context: Context, guard: SafeguardInstructions) -> None:
         self.context, self.guard = context, guard
@@ -358,12 +359,12 @@ class SafeguardLayer(Layer):
             return received[next(iter(received))]  # FedAvg's start; the better of the two is kept
         start, choice = choose(rt, self.context, ins, self.guard, received)
         guard = self.guard
-        if guard.margin and not guard.start_mix and choice.source and choice.own_weight < 1.0:
+        if guard.own_start and choice.source and choice.own_weight < 1.0:
             own = own_model(self.context, rt.client_id)
             xv, yv = held_out(rt, ins, guard)
             mixed = choice.held or _per_sample(rt.model(start), xv, yv, ins.batch_size)
             mine = _per_sample(rt.model(own), xv, yv, ins.batch_size)
-            if not clearly_better(*consensus.evidence(mixed, mine), guard.margin):
+            if not clearly_better(*consensus.evidence(mixed, mine), guard.own_start):
                 return own  # the own model unless the mix is clearly better on the slice
         return start
 

@@ -92,10 +92,10 @@ MEANINGS: dict[str, tuple[str, str]] = {
     "safeguard-start": ("Safeguard (graph methods)", "where a method hands every client the consensus: "
                         "what a sampled client trains from (`consensus`, its `mix`, or `federation`: the "
                         "consensus until the clients' own models are clearly better)"),
-    "safeguard-own-start": ("Safeguard (graph methods)", "where a method hands every client the "
-                            "consensus and a sampled client trains from its chosen mix: true, from its "
-                            "own model instead unless the mix is clearly better on its slice; false, "
-                            "from the mix"),
+    "safeguard-own-start": ("Safeguard (graph methods)", "where a sampled client trains from its "
+                            "chosen mix (every graph method; on the consensus path once "
+                            "`safeguard-start` lets it): true, from its own model instead unless the "
+                            "mix is clearly better on its slice (`safeguard-margin`); false, from the mix"),
     "safeguard-batches": ("Safeguard (graph methods)", "how a local update over the train split less the "
                           "held-out slice is batched: `whole-split` (the whole split's batches, each "
                           "less its held-out samples: the steps of training alone) or `slice-free` "

@@ -192,10 +192,12 @@ def test_the_margin_keeps_the_received_model_unless_a_mix_is_clearly_better(node
     assert strict.safeguard_own == 0.0 and strict.accuracy == 0.0  # b − c ≤ held < held·√(b + c)
 
 
-def test_with_own_start_a_client_trains_from_its_own_model_unless_the_mix_is_clearly_better(node):
-    """`safeguard-own-start` (the consensus path once clients train from their mixes): the start is the
-    client's own model unless the chosen mix is `margin` standard errors better than it on the
-    held-out slice; with `start-mix` in the record (the setting off), the chosen mix."""
+@pytest.mark.parametrize("path", ["consensus", "own-model"])
+def test_with_own_start_a_client_trains_from_its_own_model_unless_the_mix_is_clearly_better(node, path):
+    """`safeguard-own-start`: where the record carries `own-start`, the start is the client's own
+    model unless the chosen mix is that many standard errors better than it on the held-out slice;
+    without it, the chosen mix. The same on the consensus path (the record's `margin`, once clients
+    train from their mixes) and where the method hands each client its own model."""
     cfg, context = node
     for round_ in range(1, 6):  # a few epochs: an own model that knows client 0's labels
         start = safeguard.own_model(context, 0) or _model(cfg, 1)
@@ -206,30 +208,37 @@ def test_with_own_start_a_client_trains_from_its_own_model_unless_the_mix_is_cle
     state = own.to_torch_state_dict()
     # the own model nudged: the same answers on the slice, so the mix that ties is the received one
     nudged = ArrayRecord({k: v + 1e-6 if v.is_floating_point() else v for k, v in state.items()})
+    off = {"safeguard_margin": 1.0} if path == "consensus" else {}
+    on = {**off, "safeguard_own_start": 1.0}
 
     def start(received: ArrayRecord, **fields) -> dict[str, torch.Tensor]:
-        guard = _guard(safeguard_margin=1.0, **GUARD, **fields)
+        guard = _guard(**GUARD, **fields)
         return safeguard.SafeguardLayer(context, guard).start(rt, ins, {PERSONAL: received}
                                                               ).to_torch_state_dict()
 
-    kept = start(nudged)
+    kept = start(nudged, **on)
     assert all(torch.equal(kept[k], v) for k, v in state.items())  # no evidence: the own model
-    taken = start(nudged, safeguard_start_mix=True)
+    taken = start(nudged, **off)
     assert any(not torch.equal(taken[k], v) for k, v in state.items())  # the chosen mix
     # a useless own model against a good received one: the received model is clearly better
     useless = {k: torch.zeros_like(v) for k, v in state.items()}
     useless[[k for k in useless if k.endswith("bias")][-1]][9] = 100.0  # says 9, a label not held
     context.state[safeguard.OWN.format(0)] = ArrayRecord(useless)
-    clear = start(own)
+    clear = start(own, **on)
     assert all(torch.equal(clear[k], v) for k, v in state.items())
 
 
-def test_a_mix_start_is_in_the_record_only_where_set_and_clients_train_from_their_mixes():
+def test_the_own_start_margin_is_in_the_record_where_clients_train_from_their_mixes():
     consensus, off = consensus_strategy(), {"safeguard-own-start": False}
     records = lambda component: dict(component.request_records("train", 2)["safeguard"])
-    assert "start-mix" not in records(safeguard_component("flt", consensus, **off))  # from the consensus
-    assert records(safeguard_component("flt", consensus, **off, **{"safeguard-start": "mix"}))["start-mix"]
-    assert "start-mix" not in records(safeguard_component("flt", consensus, **{"safeguard-start": "mix"}))
+    mix = {"safeguard-start": "mix"}
+    assert "own-start" not in records(safeguard_component("flt", consensus))  # from the consensus
+    assert records(safeguard_component("flt", consensus, **mix))["own-start"] == 1.0
+    assert "own-start" not in records(safeguard_component("flt", consensus, **mix, **off))
+    # where the method hands each client its own model: the margin, unless off or zero
+    assert records(safeguard_component("sfl", **{"safeguard-margin": 1.5}))["own-start"] == 1.5
+    assert "own-start" not in records(safeguard_component("sfl", **off))
+    assert "own-start" not in records(safeguard_component("sfl", **{"safeguard-margin": 0.0}))
 
 
 def test_the_federation_weight_pools_what_no_single_client_can_show():
@@ -430,7 +439,7 @@ def test_the_server_sends_the_safeguard_only_to_graph_methods():
             records = safeguard_component(method).request_records(kind, 2)
             assert bool(records) == expected
             if expected:
-                assert dict(records[SAFEGUARD]) == {"holdout": 0.1, "grid": 5}
+                assert dict(records[SAFEGUARD]) == {"holdout": 0.1, "grid": 5, "own-start": 1.0}
     assert safeguard_component("sfl", weight=0.5, safeguard="off").request_records("train", 2) == {}
 
 

@@ -1292,3 +1292,84 @@ def own_start(prefix: str) -> str:
         f"the start table's case): FLT {num(rotations[True])} with the own-model start, "
         f"{num(rotations[False])} with the start from the mix.",
     ])
+
+
+# --- the own-model start for every graph method, not only on the consensus path ------------------
+EVERYWHERE = tuple(f"{DIAG}/own-start-everywhere{tail}" for tail in
+                   ("-seed0", "-seeds12", "-seeds345", "-flt", "-flt-consensus", "-flt-shards-rho1"))
+EVERYWHERE_METHODS = ("sfl", "sfl-star", "fedska", "fedu", "flt")
+EVERYWHERE_GROUPS = ("untuned-whole-split-groups", "untuned-own-start-everywhere-groups")
+
+
+@block("safeguard-own-start-everywhere")
+def own_start_everywhere(prefix: str) -> str:
+    """The own-model start for every graph method (runs made with the switch
+    `safeguard-own-start-everywhere`, since folded into `safeguard-own-start`) against the runs
+    before it: the suite's cells, the untuned list and the default job at five seeds."""
+    after = suite(*EVERYWHERE, baselines_from=WHOLE_SPLIT_RUNS)
+    whole = suite(*WHOLE_SPLIT_RUNS)
+    own_start = {True: suite(f"{DIAG}/own-start-shards-rho1", baselines_from=WHOLE_SPLIT_RUNS),
+                 False: suite(f"{DIAG}/own-start", baselines_from=WHOLE_SPLIT_RUNS)}
+
+    def before(method: str, setting: str, rho: float):
+        """FLT where it hands out the consensus had the own-model start there already."""
+        if method == "flt" and setting in own_start[False].settings:
+            return own_start[setting == "shards" and rho == 1.0]
+        return whole
+
+    rows, moves = [], {}
+    for method in EVERYWHERE_METHODS:
+        for setting, rho in after.cells():
+            if not after.has(method, setting, rho):
+                continue
+            seeds = after.seeds(setting, rho, method)
+            was = before(method, setting, rho).delta(setting, rho, method, seeds=seeds)
+            now = after.delta(setting, rho, method, seeds=seeds)
+            moves[(method, setting, rho)] = (was, now)
+            rows.append([method, f"{setting} ρ={rho:g}", ", ".join(map(str, seeds)), signed(was),
+                         signed(now), signed(now - was)])
+    below = [f"{m} on {s} ρ={r:g} ({signed(now)})" for (m, s, r), (_, now) in moves.items()
+             if now < -0.5]
+    lower = [f"{m} on {s} ρ={r:g} ({signed(now - was)})" for (m, s, r), (was, now) in moves.items()
+             if now - was < -0.1]
+    sfl = moves[("sfl", "domains", 1.0)]
+    untuned = _joined_untuned("untuned-own-start", "untuned-own-start-seeds")
+    everywhere = _joined_untuned("untuned-own-start-everywhere", "untuned-own-start-everywhere-seeds")
+    moved = _flt_moved(untuned, everywhere)
+    groups_before, groups_after = (_untuned_rows(name) for name in EVERYWHERE_GROUPS)
+    moved.update(_flt_moved(groups_before, groups_after))
+    joined = {**everywhere, **groups_after}
+    names = _by_family(joined)
+    families = {}
+    for name in names:
+        families.setdefault(_family(name), []).append(_untuned_delta(joined[name]))
+    grouped = [f"{family} {signed(sum(ds) / len(ds))}" for family, ds in families.items()
+               if joined[family]["structure"] == "groups"]
+    job = {"flt": [], "sfl": []}
+    for seed in OWN_START_SEEDS:
+        run = compare(f"default-job-seeds/own-start-everywhere-seed{seed}")
+        expect_run_setting(run, "safeguard-own-start-everywhere", True)
+        job["flt"].append(run.pers("flt") - compare(f"default-job-seeds/own-start-seed{seed}").pers("flt"))
+        job["sfl"].append(run.pers("sfl") - compare(f"default-job-seeds/whole-split-seed{seed}").pers("sfl"))
+    return "\n".join([
+        table(("method", "cell", "seeds", "Δ, start from the mix", "Δ, own-model start", "moved"),
+              rows, "lllrrr"),
+        "",
+        "Δ against max(FedAvg, FedAvg+FT, Local) of the same seed, seed means. Before: the runs "
+        "with the start from the chosen mix wherever a method hands each client its own model (FLT "
+        "where it hands out the consensus: with the own-model start there already).",
+        "",
+        f"- **Suite**: SFL on domains ρ = 1 {signed(sfl[0])} → {signed(sfl[1])} at "
+        f"{len(after.seeds('domains', 1.0, 'sfl'))} seeds. Lower by more than 0.1: "
+        f"{', '.join(lower) or 'none'}. Below −0.5 with the own-model start: "
+        f"{', '.join(below) or 'none'}.",
+        f"- **Untuned list** (FLT, {len(moved)} settings and added seeds): own-model start everywhere "
+        f"− before, mean {signed(sum(moved.values()) / len(moved))}; "
+        f"higher on {', '.join(_listed(moved, names, lambda v: v > 0)) or 'none'}; "
+        f"lower on {', '.join(_listed(moved, names, lambda v: v < 0)) or 'none'}. Below −0.5: "
+        f"{', '.join(f'{n} ({signed(_untuned_delta(joined[n]))})' for n in _below_target(joined, names)) or 'none'}. "
+        f"Where groups exist, Δ over the seeds: {', '.join(grouped)}.",
+        f"- **Default job**, seeds {', '.join(map(str, OWN_START_SEEDS))}: "
+        + "; ".join(f"{m.upper()} {', '.join(signed(v) for v in vs)} (mean {signed(sum(vs) / len(vs))})"
+                    for m, vs in job.items()) + ".",
+    ])

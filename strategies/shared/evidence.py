@@ -50,9 +50,10 @@ class SafeguardInstructions(Record):
     # from its chosen mix, keeping as its own model the better on its slice of the two, and reports
     # how much better its own model was than the trained one (`SafeguardTrainReply`)
     train_consensus: bool | None = None
-    # there, where a sampled client trains from its chosen mix (not from the consensus): true, from
-    # that mix (absent: from its own model unless the mix is clearly better than it on its slice)
-    start_mix: bool | None = None
+    # on any path, where a sampled client trains from its chosen mix (not from the consensus): the
+    # margin in standard errors by which that mix must beat the client's own model on its slice for
+    # training to start from the mix rather than from the own model (absent: from the mix)
+    own_start: float | None = Field(None, gt=0.0)
     consensus_round: int | None = Field(None, ge=1)
     consensus_examples: float | None = Field(None, gt=0.0)
     consensus_clients: list[int] | None = None

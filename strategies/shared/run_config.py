@@ -123,10 +123,9 @@ class RunConfig(Settings):
     # mix; `federation`, the consensus until the clients' own models are clearly better (pooled
     # since the start) than the models trained from it, then the mix for the rest of the run
     safeguard_start: Literal["federation", "consensus", "mix"] = "federation"
-    # where a method hands every client the consensus and a sampled client trains from its chosen
-    # mix (`safeguard-start` mix, or federation once switched): true, it trains from its own model
-    # instead unless the chosen mix is clearly better (`safeguard-margin`) than it on its slice;
-    # false, from the chosen mix
+    # where a sampled client trains from its chosen mix (every graph method; on the consensus path
+    # once `safeguard-start` lets it): true, it trains from its own model instead unless the chosen
+    # mix is clearly better (`safeguard-margin`, > 0) than it on its slice; false, from the mix
     safeguard_own_start: bool = True
     # how a client's local update over the train split less its held-out slice is batched:
     # `whole-split`, the batches an epoch over the whole split makes, each less its held-out
