@@ -73,25 +73,22 @@ class Safeguard(RunCallback):
         fields: dict[str, Any] = {"holdout": cfg.safeguard_holdout, "grid": cfg.safeguard_grid}
         if cfg.safeguard_batches == "slice-free":
             fields["batches"] = cfg.safeguard_batches
-        # where a sampled client trains from its chosen mix: from its own model unless that mix is
-        # clearly better on its slice
-        own_start = cfg.safeguard_margin if cfg.safeguard_own_start and cfg.safeguard_margin > 0 else None
         if self.consensus():
             fields["margin"] = cfg.safeguard_margin
             if self.weight is not None:
                 fields["weight"] = self.weight
             if self.start.from_consensus:
                 fields["train_consensus"] = True
-            elif own_start:
-                fields["own_start"] = own_start
             if cfg.safeguard_send_slice:
                 fields["send_slice"] = True
                 mass = self.run.strategy.consensus_mass()
                 if mass is not None:
                     (fields["consensus_round"], fields["consensus_examples"],
                      fields["consensus_clients"]) = mass
-        elif own_start:
-            fields["own_start"] = own_start
+        # where a sampled client trains from its chosen mix: from its own model unless that mix is
+        # clearly better on its slice
+        if cfg.safeguard_own_start and cfg.safeguard_margin > 0 and "train_consensus" not in fields:
+            fields["own_start"] = cfg.safeguard_margin
         return SafeguardInstructions(**fields)
 
     def request_records(self, kind: str, server_round: int) -> Mapping[str, ConfigRecord]:
