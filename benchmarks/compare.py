@@ -233,12 +233,14 @@ def _curve_point(record: dict[str, Any]) -> dict[str, Any]:
                        ("global-mae", (record.get("global-regression") or {}).get("mae")),
                        ("finetuned-mae", (record.get("finetuned-regression") or {}).get("mae")),
                        # the safeguard (graph methods): the clients' mean own weight and, where
-                       # it hands out the consensus, the federation's pooled weight and whether
-                       # the round's sampled clients trained from the consensus
+                       # it hands out the consensus, the federation's pooled weight, whether
+                       # the round's sampled clients trained from the consensus and the pooled
+                       # evidence for the fine-tuned answers
                        ("safeguard-own", record.get("safeguard-own")),
                        ("safeguard-finetuned", record.get("safeguard-finetuned")),
                        ("safeguard-weight", record.get("safeguard-weight")),
-                       ("safeguard-start", record.get("safeguard-start"))):
+                       ("safeguard-start", record.get("safeguard-start")),
+                       ("safeguard-finetune-evidence", record.get("safeguard-finetune-evidence"))):
         if value is not None:
             point[key] = value
     return point

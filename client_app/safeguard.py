@@ -23,8 +23,10 @@ carry a `safeguard` record, `SafeguardInstructions`, with its `holdout` and `gri
    chosen mix (then with the own-model start of step 3).
 5. where the evaluation fine-tunes the chosen mix (`finetune-epochs` > 0, client_app/evaluation.py),
    answers with the fine-tuned model if it scores at least as well on the slice (with a margin: if it
-   is clearly better than the mix; `prefers_finetuned`); the fine-tuned model is the client's own
-   model either way.
+   is clearly better than the mix; where the record carries the federation's answer `finetune`,
+   that answer unless the other model is clearly better, reporting the fine-tuned model's gains
+   over the mix for the server to pool; `prefers_finetuned`); the fine-tuned model is the client's
+   own model either way.
 
 Before a client has trained once, or with the safeguard off, it uses the received model unchanged:
 the paper's behaviour. The safeguard is a layer (`client_app.layers`): `around` runs a method's train
@@ -257,23 +259,32 @@ def held_out(rt: ClientRuntime, ins, guard: SafeguardInstructions
 
 
 def prefers_finetuned(rt: ClientRuntime, ins, guard: SafeguardInstructions, choice: Choice,
-                      mixed: ArrayRecord, tuned: torch.nn.Module) -> bool:
+                      mixed: ArrayRecord, tuned: torch.nn.Module
+                      ) -> tuple[bool, tuple[float, float] | None]:
     """Whether the client answers with `tuned`, the chosen mix (`mixed`) after the evaluation's
     local epochs, rather than the mix itself, judged on the held-out slice, which neither model was
     trained on: it scores at least as well (accuracy, then loss; regression: loss), or, where the
     record carries a `margin` (the client received the federation's consensus), its
     per-sample gains over the mix are that many standard errors above zero, as every other
-    departure from the federation's model (`clearly_better`). False where the choice tested nothing
-    (no own model yet: the client answers with the received model)."""
+    departure from the federation's model (`clearly_better`); where the record also carries the
+    federation's answer `finetune` (`safeguard-finetune = "federation"`), the client takes that
+    answer unless the other model's gains over it are. There, also the summed gains of `tuned` over
+    the mix and their squares, for the server to pool (None elsewhere). False where the choice
+    tested nothing (no own model yet: the client answers with the received model)."""
     if not choice.score:
-        return False
+        return False, None
     xv, yv = held_out(rt, ins, guard)
     result = _per_sample(tuned, xv, yv, ins.batch_size)
     margin = float(guard.margin or 0.0)
     if margin <= 0.0:
-        return tuple(_summary(result)) >= choice.score
+        return tuple(_summary(result)) >= choice.score, None
     held = choice.held or _per_sample(rt.model(mixed), xv, yv, ins.batch_size)
-    return clearly_better(*consensus.evidence(result, held), margin)
+    total, squares = consensus.evidence(result, held)
+    if guard.finetune is None:
+        return clearly_better(total, squares, margin), None
+    if guard.finetune:
+        return not clearly_better(-total, squares, margin), (total, squares)
+    return clearly_better(total, squares, margin), (total, squares)
 
 
 def _on_grid(weight: float | None, points: int) -> float:
@@ -407,8 +418,10 @@ def evaluate(message: Message, context: Context, guard: SafeguardInstructions) -
         tuned = test_model(model, x_test, y_test, ins.batch_size, rt.data.target_scale)
         fields.update(result_fields(tuned, "finetuned_"))
         # the client answers with the fine-tuned model where its held-out slice prefers it
-        finetuned = prefers_finetuned(rt, ins, guard, choice, personal, model)
+        finetuned, gains = prefers_finetuned(rt, ins, guard, choice, personal, model)
         report["finetuned"] = float(finetuned)
+        if gains is not None:
+            report.update(tuned_gain=gains[0], tuned_square=gains[1])
         used = tuned if finetuned else used
         keep_own(context, rt.client_id, model)  # the client's newest own model
     reply = evaluate_reply(message, used, fields)

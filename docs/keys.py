@@ -96,6 +96,12 @@ MEANINGS: dict[str, tuple[str, str]] = {
                             "chosen mix (every graph method; on the consensus path once "
                             "`safeguard-start` lets it): true, from its own model instead unless the "
                             "mix is clearly better on its slice (`safeguard-margin`); false, from the mix"),
+    "safeguard-finetune": ("Safeguard (graph methods)", "where a method hands every client the "
+                           "consensus and the evaluation fine-tunes: `client`, a client answers with "
+                           "its mix unless its fine-tuned mix is clearly better on its slice; "
+                           "`federation`, with whichever of the two the clients' held-out gains, "
+                           "pooled since the start, favour, unless the other is clearly better on its "
+                           "slice"),
     "safeguard-batches": ("Safeguard (graph methods)", "how a local update over the train split less the "
                           "held-out slice is batched: `whole-split` (the whole split's batches, each "
                           "less its held-out samples: the steps of training alone) or `slice-free` "

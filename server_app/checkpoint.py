@@ -5,7 +5,7 @@ needed to continue: the round number, the global model, the RNG states of `rando
 sampling), numpy and torch, and the state of every stateful component under its name: the whole
 strategy object (per-client matrix, graphs, graph learners and their optimiser state, cluster models,
 FLT's relatedness and UMAP reducer, ...), the metric history, byte counts, the safeguard's pooled
-weight and start, TensorBoard's last graph. The strategy is pickled
+weight, start and fine-tuning evidence, TensorBoard's last graph. The strategy is pickled
 as it is, so every method's state is covered without per-method code. A strategy holds no transport
 (the runner hands it client ids and replies), so a checkpoint holds none either: a grid reached while
 pickling is an error.

@@ -6,10 +6,14 @@ While the strategy hands every client the federation's consensus (`HandsOutConse
 `safeguard-margin` > 0, the record also carries the `margin`, the federation's pooled `weight` (from
 the gains the clients reported at the last evaluation, `federation_weight`), `train-consensus` while
 sampled clients train from the consensus (`StartEvidence`, run config `safeguard-start`) and, with
-`safeguard-send-slice`, what the consensus averaged (`consensus_mass`). Round records get the
-clients' choices (`safeguard-own`, `safeguard-mixed`, `safeguard-finetuned`), the pooled
-`safeguard-weight`, and where the start is decided `safeguard-start` / `safeguard-start-evidence`.
-The pooled weight and the start evidence are this component's checkpointed state.
+`safeguard-send-slice`, what the consensus averaged (`consensus_mass`), and with
+`safeguard-finetune = "federation"` `finetune`: whether the clients' fine-tuned answers have
+scored better than their mixes on their slices, pooled since the start (`PooledGains`). Round
+records get the clients' choices (`safeguard-own`, `safeguard-mixed`, `safeguard-finetuned`), the
+pooled `safeguard-weight`, where the start is decided `safeguard-start` /
+`safeguard-start-evidence`, and where the answer is `safeguard-finetune-evidence` (the pooled
+fine-tuning gains in standard errors). The pooled weight,
+the start evidence and the fine-tuning evidence are this component's checkpointed state.
 """
 
 from __future__ import annotations
@@ -22,8 +26,9 @@ import numpy as np
 from flwr.app import ConfigRecord
 
 from server_app.callbacks import Replies, RunCallback
-from strategies.shared.evidence import (SAFEGUARD, SafeguardEvaluateReply, SafeguardInstructions,
-                                        SafeguardTrainReply, StartEvidence, federation_weight, grid)
+from strategies.shared.evidence import (SAFEGUARD, PooledGains, SafeguardEvaluateReply,
+                                        SafeguardInstructions, SafeguardTrainReply, StartEvidence,
+                                        federation_weight, grid)
 from strategies.shared.registry import METHODS
 from strategies.shared.run_config import RunConfig
 
@@ -57,6 +62,9 @@ class Safeguard(RunCallback):
         # where sampled clients train from, and the held-out gains of their own models over the
         # models they trained from the consensus, pooled since the start, with their squares
         self.start = StartEvidence(cfg.safeguard_start)
+        # the held-out gains of the clients' fine-tuned answers over their mixes, pooled since the
+        # start (with `safeguard-finetune` = "federation")
+        self.tuned = PooledGains()
 
     def consensus(self) -> bool:
         """Whether the strategy hands every client the federation's consensus, with a margin: the
@@ -79,6 +87,8 @@ class Safeguard(RunCallback):
                 fields["weight"] = self.weight
             if self.start.from_consensus:
                 fields["train_consensus"] = True
+            if cfg.safeguard_finetune == "federation":
+                fields["finetune"] = self.finetune()
             if cfg.safeguard_send_slice:
                 fields["send_slice"] = True
                 mass = self.run.strategy.consensus_mass()
@@ -90,6 +100,15 @@ class Safeguard(RunCallback):
         if cfg.safeguard_own_start and cfg.safeguard_margin > 0 and "train_consensus" not in fields:
             fields["own_start"] = cfg.safeguard_margin
         return SafeguardInstructions(**fields)
+
+    def finetune(self) -> bool:
+        """Whether the clients' fine-tuned answers have scored better than their mixes on their
+        held-out slices, pooled over every report since the start (with `safeguard-finetune` =
+        "federation"). The federation takes whichever of the two answers its evidence favours, as
+        neither is the federation's own model (FedAvg answers with the one, FedAvg + fine-tuning
+        with the other); a client leaves that answer only on clear evidence of its own
+        (`safeguard-margin`, client_app/safeguard.py's `prefers_finetuned`)."""
+        return self.tuned.gain > 0.0
 
     def request_records(self, kind: str, server_round: int) -> Mapping[str, ConfigRecord]:
         instructions = self.instructions()
@@ -112,9 +131,9 @@ class Safeguard(RunCallback):
             log.info("round %d: the clients' own models are clearly better on their held-out slices "
                      "than the models they trained from the consensus (%.2f standard errors); "
                      "sampled clients train from their mixes from round %d on",
-                     server_round, start.statistic, server_round + 1)
+                     server_round, start.pooled.statistic, server_round + 1)
         return {"safeguard-start": 1.0 if from_consensus else 0.0,
-                "safeguard-start-evidence": start.statistic}
+                "safeguard-start-evidence": start.pooled.statistic}
 
     def evaluate_replies(self, server_round: int, replies: Replies) -> dict[str, Any]:
         """The clients' choices (mean weight of their own models and how many mixed; how many
@@ -132,6 +151,11 @@ class Safeguard(RunCallback):
             fields["safeguard-finetuned"] = int(sum(tuned))
         if self.pool(rows):
             fields["safeguard-weight"] = self.weight
+        reports = [(r.tuned_gain, r.tuned_square) for r in rows
+                   if r.tuned_gain is not None and r.tuned_square is not None]
+        if reports and self.cfg.safeguard_finetune == "federation":
+            self.tuned.add(reports)
+            fields["safeguard-finetune-evidence"] = self.tuned.statistic
         return fields
 
     def pool(self, rows: list[SafeguardEvaluateReply]) -> bool:
@@ -148,7 +172,9 @@ class Safeguard(RunCallback):
         return True
 
     def state(self) -> dict[str, Any]:
-        return {"weight": self.weight, "start": self.start}
+        return {"weight": self.weight, "start": self.start, "tuned": self.tuned}
 
     def restore(self, state: dict[str, Any]) -> None:
         self.weight, self.start = state["weight"], state["start"]
+        # (a checkpoint written before the fine-tuning evidence was pooled has none)
+        self.tuned = state.get("tuned") or PooledGains()

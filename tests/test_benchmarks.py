@@ -199,14 +199,27 @@ def test_a_curve_point_keeps_the_safeguards_choices_where_a_round_has_them():
 
     record = {"round": 3, "seconds": 1.5, "personalized": {"mean": 90.0, "worst-5%": 80.0},
               "safeguard-own": 0.25, "safeguard-finetuned": 4, "safeguard-weight": 0.75,
-              "safeguard-start": 0.0}
+              "safeguard-start": 0.0, "safeguard-finetune-evidence": -1.5}
     point = _curve_point(record)
     assert point["safeguard-own"] == 0.25 and point["safeguard-weight"] == 0.75
     assert point["safeguard-finetuned"] == 4 and point["safeguard-start"] == 0.0
+    assert point["safeguard-finetune-evidence"] == -1.5
     assert point["personalized-mean"] == 90.0
     plain = _curve_point({"round": 1, "personalized": {"mean": 50.0}})
     assert not {"safeguard-own", "safeguard-finetuned", "safeguard-weight",
-                "safeguard-start"} & set(plain)
+                "safeguard-start", "safeguard-finetune-evidence"} & set(plain)
+
+
+def test_the_untuned_study_keeps_flts_fine_tuned_mean_and_its_last_pooled_evidence():
+    from benchmarks.studies.untuned import flt_decision
+
+    summary = {"flt": {"edges": 0, "complete-graph": True, "other": 1},
+               "final": {"finetuned": {"mean": 41.5}},
+               "curve": [{"round": 1}, {"round": 2, "safeguard-finetune-evidence": 2.0},
+                         {"round": 3, "safeguard-finetune-evidence": 0.5}, {"round": 4}]}
+    assert flt_decision(summary) == {"edges": 0, "complete-graph": True, "finetuned": 41.5,
+                                     "finetune-evidence": 0.5}
+    assert flt_decision({"flt": {"edges": 3}}) == {"edges": 3}  # a graph, no fine-tuning
 
 
 # --- benchmarks/results/ holds what the documentation cites (docs/cited.py) -------------------------

@@ -435,10 +435,29 @@ def test_declared_model_records_are_accepted_and_checked_undeclared_ones_are_dro
         "records: unexpected record(s) ['cluster-7'] in a 'train.ifca' reply")
 
 
+def test_a_checkpoint_of_the_earlier_safeguard_state_still_resumes():
+    """A checkpoint written before the start evidence held a `PooledGains`, and before the
+    fine-tuning evidence was pooled, restores into the current state."""
+    import pickle
+
+    from builders import consensus_strategy, safeguard_component
+    from strategies.shared.evidence import PooledGains, StartEvidence
+
+    earlier = StartEvidence("federation", switched=3)
+    earlier.__dict__ = {"mode": "federation", "gain": 9.0, "square": 9.0, "switched": 3}
+    start = pickle.loads(pickle.dumps(earlier))
+    assert start.pooled == PooledGains(9.0, 9.0) and start.switched == 3
+    assert not start.from_consensus
+    component = safeguard_component("flt", consensus_strategy())
+    component.restore({"weight": 0.5, "start": start})
+    assert component.weight == 0.5 and component.tuned == PooledGains()
+
+
 def test_a_checkpoint_keeps_the_federations_safeguard_weight_and_start(tmp_path):
-    """The federation's pooled weight and start (the safeguard's own state) survive a resume: the
-    restored component sends the weight of the interrupted run, not the consensus's 1, and its
-    clients train from their mixes if the interrupted run had switched to them."""
+    """The federation's pooled weight, start and fine-tuning evidence (the safeguard's own state)
+    survive a resume: the restored component sends the weight of the interrupted run, not the
+    consensus's 1, its clients train from their mixes if the interrupted run had switched to them,
+    and answer with their fine-tuned models if its evidence favoured them."""
     from builders import consensus_strategy, safeguard_component
     from server_app.callbacks import Checkpointing, RunView
 
@@ -447,17 +466,20 @@ def test_a_checkpoint_keeps_the_federations_safeguard_weight_and_start(tmp_path)
         callback.attach(RunView(component.cfg, tmp_path, None, parts={"safeguard": component}))
         return callback
 
-    interrupted = safeguard_component("flt", consensus_strategy(), 0.25)
+    federation = {"safeguard-finetune": "federation"}
+    interrupted = safeguard_component("flt", consensus_strategy(), 0.25, **federation)
     interrupted.start.pool(3, [(9.0, 9.0)], 1.0)  # 3 standard errors: the mix from now on
+    interrupted.tuned.add([(2.0, 4.0)])  # the fine-tuned answers scored better: they answer
     checkpointing(interrupted).round_finished(interrupted.cfg.num_rounds, ArrayRecord(), 1.0, None)
-    resumed = safeguard_component("flt", consensus_strategy())
-    assert resumed.instructions().train_consensus
+    resumed = safeguard_component("flt", consensus_strategy(), **federation)
+    assert resumed.instructions().train_consensus and resumed.instructions().finetune is False
     point = checkpointing(resumed).resume()
     assert (point.server_round, point.seconds, point.pending) == (interrupted.cfg.num_rounds, 1.0, None)
     assert resumed.weight == 0.25
-    assert (resumed.start.switched, resumed.start.gain) == (3, 9.0)
+    assert (resumed.start.switched, resumed.start.pooled.gain) == (3, 9.0)
+    assert (resumed.tuned.gain, resumed.tuned.square) == (2.0, 4.0)
     sent = resumed.instructions()
-    assert sent.weight == 0.25 and sent.train_consensus is None
+    assert sent.weight == 0.25 and sent.train_consensus is None and sent.finetune
 
 
 def test_a_checkpoint_holds_each_components_own_state_and_names_what_it_lacks(tmp_path):

@@ -269,6 +269,12 @@ def test_without_clear_evidence_a_client_takes_the_federation_weight_and_reports
     assert pooled.safeguard_own == 0.5  # nothing clearly better than the federation's mix
     plain = _evaluate(context, own, **GUARD)
     assert plain.safeguard_gains is None  # without a margin nothing is reported
+    tuned = _evaluate(context, own, **GUARD, safeguard_margin=1.0, finetune_epochs=1)
+    assert tuned.safeguard_finetuned is not None and tuned.safeguard_tuned_gain is None
+    federation = _evaluate(context, safeguard.own_model(context, 0), **GUARD, safeguard_margin=1.0,
+                           safeguard_finetune=False, finetune_epochs=1)
+    assert federation.safeguard_tuned_gain is not None  # the federation's answer: reported
+    assert abs(federation.safeguard_tuned_gain) <= federation.safeguard_tuned_square
 
 
 def test_the_server_pools_the_reported_gains_into_the_next_instructions():
@@ -288,9 +294,9 @@ def test_the_start_switches_to_the_mix_once_the_own_models_are_clearly_better():
     from strategies.shared.evidence import StartEvidence
 
     federation = StartEvidence("federation")
-    assert federation.from_consensus and federation.statistic is None
+    assert federation.from_consensus and federation.pooled.statistic is None
     federation.pool(2, [(3.0, 5.0), (-1.0, 3.0)], 1.0)  # 2 / √8 = 0.71 standard errors: not yet
-    assert federation.from_consensus and federation.statistic == pytest.approx(2 / math.sqrt(8))
+    assert federation.from_consensus and federation.pooled.statistic == pytest.approx(2 / math.sqrt(8))
     federation.pool(3, [(4.0, 4.0), (float("nan"), 1.0), (1.0, -1.0)], 1.0)  # 6 / √12 = 1.73
     assert not federation.from_consensus and federation.switched == 3  # (malformed reports skipped)
     federation.pool(4, [(-50.0, 50.0)], 1.0)  # final: the consensus is not taken back
@@ -392,6 +398,41 @@ def test_the_round_record_counts_the_clients_that_answered_fine_tuned(node):  # 
     assert record["safeguard-own"] == pytest.approx(0.25)
 
 
+@pytest.mark.parametrize("mode", ["federation", "client"])
+def test_the_federation_answers_fine_tuned_where_its_pooled_evidence_favours_it(node, mode):
+    """`safeguard-finetune = "federation"`: the server pools the clients' held-out gains of their
+    fine-tuned answers over their mixes since the start and sends `finetune`, true while the sum is
+    above zero, taking it back when later reports outweigh it; `client` (the default) sends none,
+    and pools nothing."""
+    component = safeguard_component("flt", consensus_strategy(), **{"safeguard-finetune": mode})
+
+    def evaluated(server_round, reports):
+        replies = [(client, _message({METRICS: EvaluateReply(
+            num_examples=10, correct=5, loss=1.0, accuracy=0.5).metrics(),
+            SAFEGUARD: SafeguardEvaluateReply(own=0.0, tuned_gain=gain, tuned_square=square).config()},
+            EVALUATE)) for client, (gain, square) in enumerate(reports)]
+        record = component.evaluate_replies(server_round, replies)
+        return record, component.instructions().finetune
+
+    # each client's +1 in 3 discordant samples is no clear evidence (1 < √3); pooled, the sum favours
+    # the fine-tuned answers (malformed reports skipped)
+    record, finetune = evaluated(2, [(1.0, 3.0), (1.0, 3.0), (-1.0, 1.0), (float("nan"), 1.0)])
+    if mode == "client":
+        assert finetune is None and "safeguard-finetune-evidence" not in record
+        assert component.tuned.square == 0.0
+        return
+    assert finetune is True and record["safeguard-finetune-evidence"] == pytest.approx(1 / math.sqrt(7))
+    record, finetune = evaluated(3, [(-2.0, 2.0)])  # since the start: −1
+    assert finetune is False and record["safeguard-finetune-evidence"] == pytest.approx(-1 / 3)
+    record, finetune = evaluated(4, [])  # no report: the pooled evidence stands
+    assert finetune is False and "safeguard-finetune-evidence" not in record
+    fresh = safeguard_component("flt", consensus_strategy(), **{"safeguard-finetune": mode})
+    assert fresh.instructions().finetune is False  # no evidence yet: the mixes answer
+    graph = safeguard_component("flt", **{"safeguard-finetune": mode})  # each client its aggregate
+    graph.tuned.add([(5.0, 5.0)])
+    assert graph.instructions().finetune is None  # only where the consensus is handed out
+
+
 def test_a_better_received_model_is_taken_whole(node):
     cfg, context = node
     _train(context, _model(cfg, 1), **GUARD)  # one short epoch from a random start: a weak own model
@@ -490,8 +531,11 @@ def test_the_fine_tuned_model_answers_exactly_where_the_held_out_slice_prefers_i
     assert len(score) == 2 and 0.0 <= score[0] <= 1.0  # [accuracy, −loss]
 
     def prefers(score: tuple[float, ...]) -> bool:
-        return safeguard.prefers_finetuned(rt, ins, guard, safeguard.Choice(PERSONAL, 0.5, score=score),
-                                           mixed, tuned)
+        answer, gains = safeguard.prefers_finetuned(rt, ins, guard,
+                                                    safeguard.Choice(PERSONAL, 0.5, score=score),
+                                                    mixed, tuned)
+        assert gains is None  # no margin: nothing for the server to pool
+        return answer
 
     assert not prefers(())  # nothing tested (no own model yet): the received model answers
     assert prefers(score)  # a tie goes to the fine-tuned model
@@ -511,18 +555,39 @@ def test_with_a_margin_the_fine_tuned_model_answers_only_if_clearly_better(node)
     assert 9 not in _runtime(context).data.train_y.tolist()
     ins, consensus = EvaluateInstructions.read(evaluate_config()), _guard(safeguard_margin=1.0, **GUARD)
     anything = safeguard.Choice(PERSONAL, 1.0, score=(1.0, 0.0))  # its score is not the test here
+    xv, yv = safeguard.held_out(rt, ins, consensus)
+    useless_held = safeguard._per_sample(rt.model(ArrayRecord(useless)), xv, yv, 32)
+    good_held = safeguard._per_sample(rt.model(good), xv, yv, 32)
+    better = safeguard_consensus.gain(good_held, useless_held)
     assert safeguard.prefers_finetuned(rt, ins, consensus, anything, ArrayRecord(useless),
-                                       rt.model(good))
+                                       rt.model(good)) == (True, None)  # nothing reported
     # the same model on both sides: no sample differs, no evidence, the mix answers
-    assert not safeguard.prefers_finetuned(rt, ins, consensus, anything, good, rt.model(good))
+    assert not safeguard.prefers_finetuned(rt, ins, consensus, anything, good, rt.model(good))[0]
     # the useless model fine-tuned against a good mix: worse, so the mix answers
     assert not safeguard.prefers_finetuned(rt, ins, consensus, anything, good,
-                                           rt.model(ArrayRecord(useless)))
+                                           rt.model(ArrayRecord(useless)))[0]
     # the mix's per-sample result that the choice carries is used, not counted again
-    xv, yv = safeguard.held_out(rt, ins, consensus)
-    carried = safeguard.Choice(PERSONAL, 1.0, score=(1.0, 0.0), held=safeguard._per_sample(
-        rt.model(ArrayRecord(useless)), xv, yv, 32))
-    assert safeguard.prefers_finetuned(rt, ins, consensus, carried, good, rt.model(good))
+    carried = safeguard.Choice(PERSONAL, 1.0, score=(1.0, 0.0), held=useless_held)
+    assert safeguard.prefers_finetuned(rt, ins, consensus, carried, good, rt.model(good))[0]
+    # with the federation's answer (`safeguard-finetune = "federation"`) the client reports the
+    # gains of its fine-tuned model over its mix for the server to pool, and takes that answer
+    # unless the other model is clearly better: the mix where it is false, as without it ...
+    mixes = _guard(safeguard_margin=1.0, safeguard_finetune=False, **GUARD)
+    answer, gains = safeguard.prefers_finetuned(rt, ins, mixes, anything, ArrayRecord(useless),
+                                                rt.model(good))
+    assert answer and gains == (pytest.approx(float(better.sum())), pytest.approx(float((better**2).sum())))
+    assert gains[0] > 0
+    assert safeguard.prefers_finetuned(rt, ins, mixes, anything, good, rt.model(good)) == (False, (0.0, 0.0))
+    answer, gains = safeguard.prefers_finetuned(rt, ins, mixes, anything, good,
+                                                rt.model(ArrayRecord(useless)))
+    assert not answer and gains[0] == pytest.approx(-float(better.sum()))
+    # ... and the fine-tuned model where it is true: on a tie, not against a clearly better mix
+    favoured = _guard(safeguard_margin=1.0, safeguard_finetune=True, **GUARD)
+    assert safeguard.prefers_finetuned(rt, ins, favoured, anything, good, rt.model(good))[0]
+    assert not safeguard.prefers_finetuned(rt, ins, favoured, anything, good,
+                                           rt.model(ArrayRecord(useless)))[0]
+    assert safeguard.prefers_finetuned(rt, ins, favoured, anything, ArrayRecord(useless),
+                                       rt.model(good))[0]
 
 
 @pytest.mark.parametrize("prefers", [True, False])
@@ -533,7 +598,7 @@ def test_the_evaluation_reports_the_model_the_held_out_slice_chose(node, monkeyp
 
     def decide(rt, ins, guard, choice, mixed, tuned):
         seen.append(choice)
-        return prefers
+        return prefers, None
 
     monkeypatch.setattr(safeguard, "prefers_finetuned", decide)
     own, received = safeguard.own_model(context, 0), _model(cfg, 4)

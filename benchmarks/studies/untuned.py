@@ -13,9 +13,9 @@ budget in [common] (MNIST, MLP, 10 rounds), sized so that one setting's four res
 under a minute on an idle core.
 
 Each setting runs through `benchmarks.compare.compare` (same data, partition, seed and budget for
-every method). With `--baselines NAME` only `--methods` run, and the baselines' numbers are read from
-`benchmarks/results/NAME.json` (the baselines' code is unchanged between the two runs; their runs
-are deterministic). Writes `benchmarks/results/<name>.{md,json}`: per setting, each method's mean
+every method). With `--baselines NAME[,NAME...]` only `--methods` run, and the baselines' numbers
+are read from `benchmarks/results/NAME.json` (several names: a setting's numbers from the last that
+has it; the baselines' code is unchanged between the two runs; their runs are deterministic). Writes `benchmarks/results/<name>.{md,json}`: per setting, each method's mean
 accuracy, FLT − max(FedAvg, FedAvg+FT, Local) and FLT's structure decision.
 """
 
@@ -134,9 +134,20 @@ def means(summary: dict[str, Any]) -> dict[str, float | None]:
 
 
 def flt_decision(summary: dict[str, Any]) -> dict[str, Any]:
+    """FLT's structure decision, its fine-tuned ("+FT") mean and, where it hands out the consensus,
+    the pooled held-out evidence for the fine-tuned answers at the last evaluation that reported it
+    (standard errors)."""
     flt = summary.get("flt") or {}
     keys = ("edges", "structure-contrast", "structure-p", "complete-graph")
-    return {k: flt.get(k) for k in keys if k in flt}
+    decision = {k: flt.get(k) for k in keys if k in flt}
+    tuned = ((summary.get("final") or {}).get("finetuned") or {}).get("mean")
+    if tuned is not None:
+        decision["finetuned"] = tuned
+    evidence = [p["safeguard-finetune-evidence"] for p in summary.get("curve") or []
+                if "safeguard-finetune-evidence" in p]
+    if evidence:
+        decision["finetune-evidence"] = evidence[-1]
+    return decision
 
 
 def run(settings: list[dict[str, Any]], common: dict[str, Any], methods: list[str],
@@ -170,7 +181,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--name", default="untuned")
     parser.add_argument("--methods", default="flt,fedavg,local")
     parser.add_argument("--baselines", default=None,
-                        help="results name whose FedAvg / FedAvg+FT / Local numbers to reuse")
+                        help="results name(s), comma-separated, whose FedAvg / FedAvg+FT / Local "
+                             "numbers to reuse")
     parser.add_argument("--only", default=None, help="comma-separated setting names")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="run-config override for every setting (repeatable)")
@@ -202,7 +214,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows = run(settings, common, methods, Path(tmp))
     out = Path(args.results_dir)
     if args.baselines:
-        stored = {r["name"]: r for r in json.loads((out / f"{args.baselines}.json").read_text())["rows"]}
+        stored = {r["name"]: r for name in args.baselines.split(",")
+                  for r in json.loads((out / f"{name}.json").read_text())["rows"]}
         for r in rows:
             for b in BASELINES:
                 r["means"].setdefault(b, stored[r["name"]]["means"].get(b))

@@ -1373,3 +1373,112 @@ def own_start_everywhere(prefix: str) -> str:
         + "; ".join(f"{m.upper()} {', '.join(signed(v) for v in vs)} (mean {signed(sum(vs) / len(vs))})"
                     for m, vs in job.items()) + ".",
     ])
+
+
+# --- the federation's choice of answer: fine-tuned or not, from the pooled held-out evidence -------
+FINETUNE_FEDERATION = "untuned-finetune-federation"
+FINETUNE_BEFORE = ("untuned-own-start-everywhere", "untuned-own-start-everywhere-seeds",
+                   "untuned-own-start-everywhere-groups")
+FINETUNE_SUITE_BEFORE = tuple(f"{DIAG}/own-start-everywhere{tail}" for tail in ("-flt", "-flt-consensus"))
+
+
+@block("safeguard-finetune-federation")
+def finetune_federation(prefix: str) -> str:
+    """FLT with the federation choosing, from the clients' pooled held-out evidence, whether they
+    answer with their fine-tuned models where it hands out the consensus (`safeguard-finetune =
+    "federation"`) against each client choosing alone (the default, the runs before it): every
+    untuned setting and seed, the suite's FLT cells at seeds 0-2 and the default job at five
+    seeds."""
+    before = _joined_untuned(*FINETUNE_BEFORE)
+    after = _untuned_rows(FINETUNE_FEDERATION)
+    moved = _flt_moved(before, after)
+    names = _by_family(after)
+    rows = [[n, _graph(after[n]), *_variant_cells(n, before, after)] for n in names if moved[n]]
+    families: dict[str, list[float]] = {}
+    for name in names:
+        families.setdefault(_family(name), []).append(_untuned_delta(after[name]))
+    worst = min(families, key=lambda f: sum(families[f]) / len(families[f]))
+    grouped = [f"{family} {signed(sum(ds) / len(ds))}" for family, ds in families.items()
+               if after[family]["structure"] == "groups"]
+    suite_after = suite(f"{DIAG}/finetune-federation-flt", baselines_from=WHOLE_SPLIT_RUNS)
+    suite_before = suite(*FINETUNE_SUITE_BEFORE, baselines_from=WHOLE_SPLIT_RUNS)
+    cells, below = [], []
+    for setting, rho in suite_after.cells():
+        seeds = suite_after.seeds(setting, rho, "flt")
+        was = suite_before.delta(setting, rho, "flt", seeds=seeds)
+        now = suite_after.delta(setting, rho, "flt", seeds=seeds)
+        cells.append((f"{setting} ρ={rho:g}", now - was))
+        if now < -0.5:
+            below.append(f"{setting} ρ={rho:g} ({signed(now)})")
+    changed = [f"{cell} {signed(d)}" for cell, d in cells if abs(d) > 1e-9]
+    job = []
+    for seed in OWN_START_SEEDS:
+        run = compare(f"default-job-seeds/finetune-federation-seed{seed}")
+        expect_run_setting(run, "safeguard-finetune", "federation")
+        was = compare(f"default-job-seeds/own-start-everywhere-seed{seed}").pers("flt")
+        job.append(run.pers("flt") - was)
+    evidence = [f"{n} {signed(after[n]['flt']['finetune-evidence'], 1)} "
+                f"({signed(after[n]['flt']['finetuned'] - after[n]['means']['flt'])})"
+                for n in names if "finetune-evidence" in (after[n].get("flt") or {})]
+    return "\n".join([
+        table(("setting", "FLT's graph", "FLT, each client alone", "FLT, the federation's answer",
+               "moved", "Δ before", "Δ after"), rows, "llrrrrr"),
+        "",
+        f"The settings of the untuned list (seeds included) where FLT moved; on the other "
+        f"{len(names) - len(rows)} of {len(names)} it is the same to the digit. Δ against "
+        "max(FedAvg, FedAvg+FT, Local) of the same seed.",
+        "",
+        f"- **Untuned list**: below −0.5: "
+        f"{', '.join(f'{n} ({signed(_untuned_delta(after[n]))})' for n in _below_target(after, names)) or 'none'}; "
+        f"lowest seed mean of a setting: {worst} {signed(sum(families[worst]) / len(families[worst]))}. "
+        f"Where groups exist, Δ over the seeds: {', '.join(grouped)}.",
+        f"- **The pooled evidence** for the fine-tuned answers at the last evaluation, where FLT "
+        f"hands out the consensus, in standard errors (FLT's \"+FT\" row − FLT in brackets): "
+        f"{', '.join(evidence)}.",
+        f"- **Suite**, FLT at seeds 0-2 ({len(cells)} cells, seed means): moved on "
+        f"{', '.join(changed) or 'none'}; below −0.5: {', '.join(below) or 'none'}.",
+        f"- **Default job**, FLT at seeds {', '.join(map(str, OWN_START_SEEDS))}: "
+        f"{', '.join(signed(v) for v in job)} (mean {signed(sum(job) / len(job))}).",
+    ])
+
+
+# --- how much room the settings with groups leave: one model per true group, trained centrally ----
+CEILING = "untuned-ceiling/{}-cluster-ceiling-seed{}"
+CEILING_FAMILIES = {"u05-label-clusters": "u05", "issue-label-clusters-n50": "issue"}
+
+
+@block("flt-untuned-headroom")
+def untuned_headroom(prefix: str) -> str:
+    """Per seed of the settings with groups that stayed below +2: the best baseline, one local model
+    per true group trained on the group's pooled train split for the setting's rounds (a reference
+    for the most this budget and model reach), the room between them, and FLT's Δ with the
+    defaults and its share of that room."""
+    after = _joined_untuned(*FINETUNE_BEFORE)
+    rows, shares = [], {}
+    for family, short in CEILING_FAMILIES.items():
+        for name in [n for n in _by_family(after) if _family(n) == family]:
+            row = after[name]
+            ceiling = compare(CEILING.format(short, row["seed"]))
+            sets = ceiling.settings
+            if (sets["partition"] != row["set"]["partition"]
+                    or sets["num-clusters"] != row["set"]["num-clusters"]
+                    or sets["num-clients"] != sets["num-clusters"] or sets["seed"] != row["seed"]):
+                raise ValueError(f"docs: {ceiling.name} is not one model per group of {name}")
+            best = max(row["means"][b] for b in ("fedavg", "fedavg+FT", "local"))
+            room = ceiling.pers("local") - best
+            delta = _untuned_delta(row)
+            shares.setdefault(family, []).append((room, delta))
+            rows.append([name, str(row["seed"]), num(best), num(ceiling.pers("local")), signed(room),
+                         signed(delta)])
+    lines = []
+    for family, pairs in shares.items():
+        room = sum(r for r, _ in pairs) / len(pairs)
+        delta = sum(d for _, d in pairs) / len(pairs)
+        lines.append(f"- **{family}**: room {signed(room)} on average, FLT's Δ {signed(delta)} "
+                     f"({delta / room:.0%} of it).")
+    return "\n".join([
+        table(("setting", "seed", "best baseline", "one model per group", "room", "FLT's Δ"), rows,
+              "lrrrrr"),
+        "",
+        *lines,
+    ])

@@ -42,6 +42,8 @@ KEY_REVEALS: dict[str, str] = {
     "gains": "held-out gains of mixes (safeguard)", "squares": "held-out gains of mixes (safeguard)",
     "own": "the weight of its own model (safeguard)", "finetuned": "its choice of model (safeguard)",
     "start-gain": "held-out gains (safeguard)", "start-square": "held-out gains (safeguard)",
+    "tuned-gain": "held-out gains of its fine-tuned model (safeguard)",
+    "tuned-square": "held-out gains of its fine-tuned model (safeguard)",
     "student-counts": "how many of its samples the domain classifier puts in each domain (train "
                       "samples in a train reply, test samples in an evaluation)",
     "teacher-counts": "how many of its test samples the teacher puts in each domain",

@@ -562,7 +562,7 @@ def untuned(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
                     else "complete" if flt["complete-graph"] else "graph")
         table.append([r["name"], _untuned_setting(r), r["structure"], str(r["seed"]),
                       fmt(m.get("fedavg")), fmt(m.get("fedavg+FT")), fmt(m.get("local")),
-                      fmt(m.get("flt")), "—" if d is None else f"{d:+.2f}", decision,
+                      fmt(m.get("flt")), "—" if d is None else f"{round(d, 2) + 0.0:+.2f}", decision,
                       "—" if p is None else f"{p:.3f}", _earlier_rule(flt)])
     header, align = ["setting", "partition", "structure", "seed", "FedAvg", "FedAvg+FT", "Local",
                      "FLT", "Δ", "decision", "p", "0.3 rule"], "lllrrrrrrlrl"

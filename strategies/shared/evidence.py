@@ -5,9 +5,11 @@ A client scores each mixing weight a of its grid on its held-out slice and sums,
 per-sample gains over the reference mix (+1 / −1 where only one of the two is right; regression: the
 error reduction) and their squares. `clearly_better` tests one such sum; `federation_weight` pools
 the sums that the clients of a federation report and picks the weight that is clearly better for the
-federation as a whole, which a single client's few dozen samples cannot show. `StartEvidence` pools,
-in the same way, how much better the clients' own models are than the models they trained from the
-federation's consensus, and decides where their training starts.
+federation as a whole, which a single client's few dozen samples cannot show. `PooledGains` sums such
+reports since the start: `StartEvidence` pools how much better the clients' own models are than the
+models they trained from the federation's consensus, and decides where their training starts; the
+server pools, in the same way, how much better the clients' fine-tuned answers are than their mixes
+(`finetune` in the instructions).
 
 The safeguard's part of a message is one ConfigRecord, `safeguard` (`SAFEGUARD`), beside the
 message's `config` / `metrics`: `SafeguardInstructions` in train and evaluate requests (present only
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from statistics import NormalDist
 
 from pydantic import Field
@@ -54,6 +56,12 @@ class SafeguardInstructions(Record):
     # margin in standard errors by which that mix must beat the client's own model on its slice for
     # training to start from the mix rather than from the own model (absent: from the mix)
     own_start: float | None = Field(None, gt=0.0)
+    # with a margin and run config `safeguard-finetune` = "federation": the federation's answer,
+    # true where the clients' fine-tuned answers have scored better than their mixes on their
+    # slices, pooled since the start; a client answers with it unless the other model is `margin`
+    # standard errors better on its slice, and reports its fine-tuned model's gains over its mix.
+    # Absent: each client answers with its mix unless the fine-tuned model is that much better
+    finetune: bool | None = None
     consensus_round: int | None = Field(None, ge=1)
     consensus_examples: float | None = Field(None, gt=0.0)
     consensus_clients: list[int] | None = None
@@ -71,12 +79,16 @@ class SafeguardEvaluateReply(Record):
     """The `safeguard` record of an evaluate reply: the own model's weight in the mix used, whether
     the client answers with the fine-tuned mix (1: its held-out slice preferred it), and with a
     margin, per grid weight a < 1, the summed held-out gains of the mix over the received model and
-    their squares, for the server to pool (`federation_weight`)."""
+    their squares, for the server to pool (`federation_weight`), and where the request carried the
+    federation's `finetune`, the summed held-out gains of the fine-tuned mix over the mix and their
+    squares (`tuned_gain`, `tuned_square`)."""
 
     own: float = Field(ge=0.0, le=1.0)
     finetuned: float | None = Field(None, ge=0.0, le=1.0)
     gains: list[float] | None = None
     squares: list[float] | None = None
+    tuned_gain: float | None = None
+    tuned_square: float | None = Field(None, ge=0.0)
 
 
 def grid(points: int) -> list[float]:
@@ -119,6 +131,31 @@ def federation_weight(reports: Sequence[tuple[Sequence[float], Sequence[float]]]
 
 
 @dataclass
+class PooledGains:
+    """Per-sample held-out gains of one model over another that clients report, summed since the
+    start (`add`), with their squares."""
+
+    gain: float = 0.0  # Σ per-sample gains since the start
+    square: float = 0.0  # Σ of their squares
+
+    @property
+    def statistic(self) -> float | None:
+        """The pooled gains in standard errors (None before any report)."""
+        return self.gain / math.sqrt(self.square) if self.square > 0.0 else None
+
+    def add(self, reports: Sequence[tuple[float, float]]) -> None:
+        """Add reports (gain, square), skipping any that is not finite or has a negative square."""
+        for gain, square in reports:
+            if math.isfinite(gain) and math.isfinite(square) and square >= 0.0:
+                self.gain += float(gain)
+                self.square += float(square)
+
+    def clearly_better(self, margin: float) -> bool:
+        """Whether the pooled gains are `margin` standard errors above zero (`clearly_better`)."""
+        return clearly_better(self.gain, self.square, margin)
+
+
+@dataclass
 class StartEvidence:
     """Where a federation hands every client its consensus, where a sampled client's training starts
     (run config `safeguard-start`): `consensus` (FedAvg's start), `mix` (the client's chosen mix) or
@@ -130,27 +167,25 @@ class StartEvidence:
     trains it and every client's start stays close to it."""
 
     mode: str
-    gain: float = 0.0  # Σ per-sample gains of the own models over the trained ones, since the start
-    square: float = 0.0  # Σ of their squares
+    # the held-out gains of the own models over the trained ones, pooled since the start
+    pooled: PooledGains = field(default_factory=PooledGains)
     switched: int | None = None  # the round whose reports made the federation switch to the mix
+
+    def __setstate__(self, state: dict) -> None:
+        """Unpickle, also a checkpoint written before the pooled gains were a `PooledGains`."""
+        if "pooled" not in state:
+            state = {"mode": state["mode"], "switched": state.get("switched"),
+                     "pooled": PooledGains(state.get("gain", 0.0), state.get("square", 0.0))}
+        self.__dict__.update(state)
 
     @property
     def from_consensus(self) -> bool:
         """Whether sampled clients train from the consensus (in the next train instructions)."""
         return self.mode == "consensus" or (self.mode == "federation" and self.switched is None)
 
-    @property
-    def statistic(self) -> float | None:
-        """The pooled gains in standard errors (None before any report)."""
-        return self.gain / math.sqrt(self.square) if self.square > 0.0 else None
-
     def pool(self, server_round: int, reports: Sequence[tuple[float, float]], margin: float) -> None:
         """Add a round's reports (gain, square) and, in `federation` mode, switch to the mix once the
         sum is `margin` standard errors above zero (`clearly_better`); the switch is final."""
-        for gain, square in reports:
-            if math.isfinite(gain) and math.isfinite(square) and square >= 0.0:
-                self.gain += float(gain)
-                self.square += float(square)
-        if (self.mode == "federation" and self.switched is None
-                and clearly_better(self.gain, self.square, margin)):
+        self.pooled.add(reports)
+        if self.mode == "federation" and self.switched is None and self.pooled.clearly_better(margin):
             self.switched = server_round

@@ -127,6 +127,14 @@ class RunConfig(Settings):
     # once `safeguard-start` lets it): true, it trains from its own model instead unless the chosen
     # mix is clearly better (`safeguard-margin`, > 0) than it on its slice; false, from the mix
     safeguard_own_start: bool = True
+    # where a method hands every client the consensus (with safeguard-margin > 0) and the evaluation
+    # fine-tunes, which answer a client gives without clear evidence of its own: `client`, its mix
+    # unless the fine-tuned mix is clearly better on its slice; `federation`, whichever of the two
+    # the clients' held-out gains of fine-tuned over mix, pooled over every client and evaluation
+    # since the start, favour (the mix while they are not above zero), leaving it only where the
+    # other is clearly better on the client's slice (measured: it follows noise where the two
+    # answers are close, docs/no-regret.md)
+    safeguard_finetune: Literal["client", "federation"] = "client"
     # how a client's local update over the train split less its held-out slice is batched:
     # `whole-split`, the batches an epoch over the whole split makes, each less its held-out
     # samples (the slice costs samples, not steps: the steps of training alone); `slice-free`, the
