@@ -79,12 +79,8 @@ def entered(layer: Layer) -> Iterator[Layer]:
 def training_tensors(rt: Any, ins: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """The (x, y) of the train split a local update trains on (`Layer.train_index`: all of it
     outside any layer)."""
-    x, y = rt.tensors("train")
-    index = active().train_index(rt, ins)
-    if index is None:
-        return x, y
-    index = index.to(x.device)
-    return x[index], y[index]
+    x, y, _ = part_of_split(rt, active().train_index(rt, ins), whole_split=False)
+    return x, y
 
 
 def training_split(rt: Any, ins: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
@@ -92,11 +88,21 @@ def training_split(rt: Any, ins: Any) -> tuple[torch.Tensor, torch.Tensor, torch
     keep None), or, where the layer batches the whole split (`Layer.whole_split_batches`), the whole
     train split and the mask of that part."""
     layer = active()
-    index = layer.train_index(rt, ins)
-    if index is None or not layer.whole_split_batches():
-        return (*training_tensors(rt, ins), None)
+    return part_of_split(rt, layer.train_index(rt, ins), layer.whole_split_batches())
+
+
+def part_of_split(rt: Any, index: torch.Tensor | None, whole_split: bool
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """(x, y, keep) of the train split's samples at `index` (None: all of them, keep None): with
+    `whole_split`, the whole split and the mask of those samples, for `train_epochs` to batch the
+    whole split less the others; otherwise those samples alone, keep None."""
     x, y = rt.tensors("train")
-    return x, y, index_mask(index, len(y), x.device)
+    if index is None:
+        return x, y, None
+    if whole_split:
+        return x, y, index_mask(index, len(y), x.device)
+    index = index.to(x.device)
+    return x[index], y[index], None
 
 
 def index_mask(index: torch.Tensor, size: int, device: torch.device) -> torch.Tensor:

@@ -53,7 +53,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message
 
 from client_app import safeguard_consensus as consensus
 from client_app.evaluation import _finetune, evaluate_global, evaluate_reply, result_fields
-from client_app.layers import Handler, Layer, entered, index_mask
+from client_app.layers import Handler, Layer, entered, part_of_split
 from client_app.runtime import ClientRuntime, client_runtime, model_record
 from client_app.training import forward_batches, masked_mae, seeded_generator, task_of
 from client_app.training import evaluate as test_model
@@ -105,24 +105,13 @@ def train_index(rt: ClientRuntime, ins, guard: SafeguardInstructions) -> torch.T
     return holdout_index(len(rt.data.train_y), guard.holdout, ins.seed, rt.client_id)[0]
 
 
-def training_tensors(rt: ClientRuntime, ins, guard: SafeguardInstructions
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The (x, y) a client trains on (`train_index`)."""
-    x, y = rt.tensors("train")
-    index = train_index(rt, ins, guard).to(x.device)
-    return x[index], y[index]
-
-
 def finetune_slice_free(rt: ClientRuntime, ins, guard: SafeguardInstructions,
                         model: torch.nn.Module) -> None:
     """The evaluation's fine-tuning (`finetune-epochs`) on the train split less the held-out slice,
     batched as the record says (`batches`: "slice-free", the part's own batches; absent, the whole
     split's batches less the slice's samples), in place."""
-    if guard.batches == "slice-free":
-        _finetune(model, *training_tensors(rt, ins, guard), ins, rt.client_id)
-        return
-    x, y = rt.tensors("train")
-    keep = index_mask(train_index(rt, ins, guard), len(y), x.device)
+    x, y, keep = part_of_split(rt, train_index(rt, ins, guard),
+                               whole_split=guard.batches != "slice-free")
     _finetune(model, x, y, ins, rt.client_id, keep=keep)
 
 
