@@ -1417,6 +1417,7 @@ def finetune_federation(prefix: str) -> str:
         expect_run_setting(run, "safeguard-finetune", "federation")
         was = compare(f"default-job-seeds/own-start-everywhere-seed{seed}").pers("flt")
         job.append(run.pers("flt") - was)
+    fresh = _flt_moved(_untuned_rows(FRESH), _untuned_rows(f"{FRESH}-finetune-federation"))
     evidence = [f"{n} {signed(after[n]['flt']['finetune-evidence'], 1)} "
                 f"({signed(after[n]['flt']['finetuned'] - after[n]['means']['flt'])})"
                 for n in names if "finetune-evidence" in (after[n].get("flt") or {})]
@@ -1439,6 +1440,9 @@ def finetune_federation(prefix: str) -> str:
         f"{', '.join(changed) or 'none'}; below −0.5: {', '.join(below) or 'none'}.",
         f"- **Default job**, FLT at seeds {', '.join(map(str, OWN_START_SEEDS))}: "
         f"{', '.join(signed(v) for v in job)} (mean {signed(sum(job) / len(job))}).",
+        f"- **The second draw** (`{FRESH}`, drawn after this was measured): FLT moved on "
+        f"{', '.join(_listed(fresh, fresh, lambda v: v != 0)) or 'none'}; the same to the digit on "
+        f"the other {sum(v == 0 for v in fresh.values())} of {len(fresh)}.",
     ])
 
 
@@ -1481,4 +1485,33 @@ def untuned_headroom(prefix: str) -> str:
               "lrrrrr"),
         "",
         *lines,
+    ])
+
+
+# --- a second draw of untuned settings, after the rules were settled --------------------------------
+FRESH = "untuned-fresh"
+
+
+@block("flt-untuned-fresh")
+def untuned_fresh(prefix: str) -> str:
+    """The current defaults on a second draw of settings (`untuned-fresh`): where FLT meets the
+    targets, where it does not, and whether it kept a graph where groups exist."""
+    rows = _untuned_rows(FRESH)
+    names = list(rows)
+    deltas = {n: _untuned_delta(rows[n]) for n in names}
+    below = [f"{n} ({signed(deltas[n])})" for n in names if deltas[n] < -0.5]
+    groups = [n for n in names if rows[n]["structure"] == "groups"]
+    kept = [n for n in groups if not _untuned_complete(rows[n])]
+    short = [f"{n} ({signed(deltas[n])})" for n in groups if deltas[n] < 2.0]
+    others = [n for n in names if n not in groups]
+    return "\n".join([
+        f"- **{len(names)} settings**, FLT − max(FedAvg, FedAvg+FT, Local): mean "
+        f"{signed(sum(deltas.values()) / len(names))}, lowest {signed(min(deltas.values()))}; "
+        f"below −0.5: {', '.join(below) or 'none'}.",
+        f"- **Where groups exist** ({len(groups)} settings): FLT kept a graph on {len(kept)} "
+        f"({', '.join(kept) or 'none'}); mean Δ {signed(sum(deltas[n] for n in groups) / len(groups))}; "
+        f"below +2: {', '.join(short) or 'none'}.",
+        f"- **Without groups** ({len(others)} settings): mean Δ "
+        f"{signed(sum(deltas[n] for n in others) / len(others))}; FLT averaged over every client on "
+        f"{sum(_untuned_complete(rows[n]) for n in others)} of them.",
     ])
