@@ -1494,12 +1494,24 @@ FRESH = "untuned-fresh"
 
 @block("flt-untuned-fresh")
 def untuned_fresh(prefix: str) -> str:
-    """The current defaults on a second draw of settings (`untuned-fresh`): where FLT meets the
-    targets, where it does not, and whether it kept a graph where groups exist."""
+    """The current defaults on a second draw of settings (`untuned-fresh`, and the next seeds of
+    the setting below −0.5, `untuned-fresh-seeds`): where FLT meets the targets, where it does not,
+    and whether it kept a graph where groups exist."""
     rows = _untuned_rows(FRESH)
+    added = _joined_untuned(FRESH, f"{FRESH}-seeds")  # the drawn settings and their added seeds
     names = list(rows)
     deltas = {n: _untuned_delta(rows[n]) for n in names}
-    below = [f"{n} ({signed(deltas[n])})" for n in names if deltas[n] < -0.5]
+
+    def missed(name: str) -> str:
+        later = [m for m in _by_family(added) if _family(m) == name and m != name]
+        if not later:
+            return f"{name} ({signed(deltas[name])})"
+        every = [deltas[name], *(_untuned_delta(added[m]) for m in later)]
+        return (f"{name} ({signed(deltas[name])}; its next seeds "
+                f"{', '.join(signed(d) for d in every[1:])}, mean of the {len(every)} "
+                f"{signed(sum(every) / len(every))})")
+
+    below = [missed(n) for n in names if deltas[n] < -0.5]
     groups = [n for n in names if rows[n]["structure"] == "groups"]
     kept = [n for n in groups if not _untuned_complete(rows[n])]
     short = [f"{n} ({signed(deltas[n])})" for n in groups if deltas[n] < 2.0]
