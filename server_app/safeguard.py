@@ -12,8 +12,8 @@ scored better than their mixes on their slices, pooled since the start (`PooledG
 records get the clients' choices (`safeguard-own`, `safeguard-mixed`, `safeguard-finetuned`), the
 pooled `safeguard-weight`, where the start is decided `safeguard-start` /
 `safeguard-start-evidence`, and where the answer is `safeguard-finetune-evidence` (the pooled
-fine-tuning gains in standard errors). The pooled weight,
-the start evidence and the fine-tuning evidence are this component's checkpointed state.
+fine-tuning gains in standard errors). The pooled weight, the start evidence and the fine-tuning
+evidence are this component's checkpointed state.
 """
 
 from __future__ import annotations

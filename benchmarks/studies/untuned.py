@@ -15,8 +15,9 @@ under a minute on an idle core.
 Each setting runs through `benchmarks.compare.compare` (same data, partition, seed and budget for
 every method). With `--baselines NAME[,NAME...]` only `--methods` run, and the baselines' numbers
 are read from `benchmarks/results/NAME.json` (several names: a setting's numbers from the last that
-has it; the baselines' code is unchanged between the two runs; their runs are deterministic). Writes `benchmarks/results/<name>.{md,json}`: per setting, each method's mean
-accuracy, FLT − max(FedAvg, FedAvg+FT, Local) and FLT's structure decision.
+has it; the baselines' code is unchanged between the two runs; their runs are deterministic).
+Writes `benchmarks/results/<name>.{md,json}`: per setting, each method's mean accuracy, FLT −
+max(FedAvg, FedAvg+FT, Local) and FLT's structure decision.
 """
 
 from __future__ import annotations
