@@ -222,6 +222,20 @@ def test_the_untuned_study_keeps_flts_fine_tuned_mean_and_its_last_pooled_eviden
     assert flt_decision({"flt": {"edges": 3}}) == {"edges": 3}  # a graph, no fine-tuning
 
 
+def test_the_untuned_study_adds_a_settings_next_seeds_under_the_names_the_lists_use():
+    from benchmarks.studies.untuned import load, more_seeds
+
+    _, settings = load()
+    u07 = [s for s in settings if s["name"] == "u07-shards"]
+    grown = more_seeds(u07, 2)
+    assert [(s["name"], s["seed"]) for s in grown] == [
+        ("u07-shards", 1750), ("u07-shards-s1751", 1751), ("u07-shards-s1752", 1752)]
+    # the hand-added seeds of the committed list are these, to the key
+    listed = {s["name"]: s for s in settings}
+    assert all(listed[s["name"]] == s for s in grown)
+    assert more_seeds(u07, 0) == u07
+
+
 # --- benchmarks/results/ holds what the documentation cites (docs/cited.py) -------------------------
 def test_every_committed_result_file_is_cited_by_the_docs():
     """A tracked file under benchmarks/results/ is linked by a docs page or README.md (with what its

@@ -109,6 +109,17 @@ def load(path: Path = LIST) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return data["common"], data["settings"]
 
 
+def more_seeds(settings: list[dict[str, Any]], count: int) -> list[dict[str, Any]]:
+    """Each setting, then the same setting at its next `count` seeds (named `<name>-s<seed>`, as the
+    seeds added to the lists by hand are); nothing but the seed changes."""
+    out = []
+    for s in settings:
+        out.append(s)
+        out += [{**s, "name": f"{s['name']}-s{s['seed'] + k}", "seed": s["seed"] + k}
+                for k in range(1, count + 1)]
+    return out
+
+
 def suite_decisions() -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The suite's settings (benchmarks/experiments/suite.toml) at seed 0 and each ρ, one round."""
     from benchmarks.suite import load_grid
@@ -185,6 +196,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="results name(s), comma-separated, whose FedAvg / FedAvg+FT / Local "
                              "numbers to reuse")
     parser.add_argument("--only", default=None, help="comma-separated setting names")
+    parser.add_argument("--more-seeds", type=int, default=0, metavar="K",
+                        help="run each selected setting at its next K seeds as well")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="run-config override for every setting (repeatable)")
     parser.add_argument("--suite", action="store_true",
@@ -208,6 +221,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.only:
         names = args.only.split(",")
         settings = [s for s in settings if s["name"] in names]
+    if args.more_seeds < 0:
+        parser.error(f"--more-seeds must be >= 0, got {args.more_seeds}")
+    settings = more_seeds(settings, args.more_seeds)
     common = {**common, **parse_set(args.set)}
     methods = [m for m in args.methods.split(",") if m]
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
