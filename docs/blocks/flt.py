@@ -1446,43 +1446,70 @@ def finetune_federation(prefix: str) -> str:
     ])
 
 
-# --- how much room the settings with groups leave: one model per true group, trained centrally ----
+# --- how much room the settings with groups leave: one model per true group, trained centrally, and
+# a graph method given the true groups under the setting's own participation and budget -------------
 CEILING = "untuned-ceiling/{}-cluster-ceiling-seed{}"
-CEILING_FAMILIES = {"u05-label-clusters": "u05", "issue-label-clusters-n50": "issue"}
+TRUE_GRAPH = "untuned-ceiling/{}-true-graph-seed{}"
+# the setting families with groups whose FLT Δ stayed below +2 (seed mean), the short name of their
+# reference runs, and the untuned results holding FLT's numbers with the defaults
+HEADROOM = (("u05-label-clusters", "u05", "first"), ("issue-label-clusters-n50", "issue", "first"),
+            ("f01-domains", "f01", "fresh"), ("f10-label-clusters", "f10", "fresh"),
+            ("f12-label-clusters", "f12", "fresh"))
+
+
+def _group_count(keys: dict) -> int:
+    """The true groups of a label-clusters or rotated-domains setting."""
+    if keys["partition"] == "label-clusters":
+        return int(keys["num-clusters"])
+    if keys["partition"] == "domains":
+        return len(str(keys["domain-rotations"]).split(","))
+    raise ValueError(f"docs: no true groups in partition {keys['partition']!r}")
+
+
+def _expect_reference(run, row: dict, clients: int, what: str) -> None:
+    sets = run.settings
+    if (sets["partition"] != row["set"]["partition"] or sets["seed"] != row["seed"]
+            or sets["num-clients"] != clients
+            or _group_count(sets) != _group_count(row["set"])):
+        raise ValueError(f"docs: {run.name} is not {what} of {row['name']}")
 
 
 @block("flt-untuned-headroom")
 def untuned_headroom(prefix: str) -> str:
     """Per seed of the settings with groups that stayed below +2: the best baseline, one local model
-    per true group trained on the group's pooled train split for the setting's rounds (a reference
-    for the most this budget and model reach), the room between them, and FLT's Δ with the
-    defaults and its share of that room."""
-    after = _joined_untuned(*FINETUNE_BEFORE)
+    per true group trained on the group's pooled train split every round for the setting's rounds (a
+    reference for the most this budget and model reach with full participation), the room between
+    them, SFL given the true groups as its graph under the setting's own participation and budget,
+    and FLT's Δ with the defaults."""
+    sources = {"first": _joined_untuned(*FINETUNE_BEFORE), "fresh": _untuned_rows(FRESH)}
     rows, shares = [], {}
-    for family, short in CEILING_FAMILIES.items():
-        for name in [n for n in _by_family(after) if _family(n) == family]:
-            row = after[name]
+    for family, short, source in HEADROOM:
+        results = sources[source]
+        for name in [n for n in _by_family(results) if _family(n) == family]:
+            row = results[name]
             ceiling = compare(CEILING.format(short, row["seed"]))
-            sets = ceiling.settings
-            if (sets["partition"] != row["set"]["partition"]
-                    or sets["num-clusters"] != row["set"]["num-clusters"]
-                    or sets["num-clients"] != sets["num-clusters"] or sets["seed"] != row["seed"]):
-                raise ValueError(f"docs: {ceiling.name} is not one model per group of {name}")
+            _expect_reference(ceiling, row, _group_count(row["set"]), "one model per group")
+            graph = compare(TRUE_GRAPH.format(short, row["seed"]))
+            _expect_reference(graph, row, row["set"]["num-clients"], "SFL given the true groups")
+            for key, value in row["set"].items():
+                expect_run_setting(graph, key, value)
             best = max(row["means"][b] for b in ("fedavg", "fedavg+FT", "local"))
             room = ceiling.pers("local") - best
-            delta = _untuned_delta(row)
-            shares.setdefault(family, []).append((room, delta))
+            delta, given = _untuned_delta(row), graph.pers("sfl") - best
+            shares.setdefault(family, []).append((room, given, delta))
             rows.append([name, str(row["seed"]), num(best), num(ceiling.pers("local")), signed(room),
-                         signed(delta)])
+                         signed(given), signed(delta)])
     lines = []
-    for family, pairs in shares.items():
-        room = sum(r for r, _ in pairs) / len(pairs)
-        delta = sum(d for _, d in pairs) / len(pairs)
-        lines.append(f"- **{family}**: room {signed(room)} on average, FLT's Δ {signed(delta)} "
-                     f"({delta / room:.0%} of it).")
+    for family, triples in shares.items():
+        room, given, delta = (sum(t[i] for t in triples) / len(triples) for i in range(3))
+        lines.append(f"- **{family}** ({len(triples)} seed{'s' if len(triples) > 1 else ''}): room "
+                     f"{signed(room)}, SFL given the true groups {signed(given)}, FLT {signed(delta)}.")
     return "\n".join([
-        table(("setting", "seed", "best baseline", "one model per group", "room", "FLT's Δ"), rows,
-              "lrrrrr"),
+        table(("setting", "seed", "best baseline", "one model per group", "room",
+               "SFL, true groups: Δ", "FLT's Δ"), rows, "lrrrrrr"),
+        "",
+        "Δ against max(FedAvg, FedAvg+FT, Local) of the same seed; *room*: one model per group − the "
+        "best baseline. Means over the seeds:",
         "",
         *lines,
     ])
