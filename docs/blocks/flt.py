@@ -1579,9 +1579,10 @@ def untuned_ten_seeds(prefix: str) -> str:
     families: dict[str, list[str]] = {}
     for name in _by_family(rows):
         families.setdefault(_family(name), []).append(name)
-    out, gaps = [], {}
+    out, gaps, tuned = [], {}, []
     for family, names in families.items():
         deltas = [_untuned_delta(rows[n]) for n in names]
+        tuned.append(f"{family} {signed(sum(rows[n]['flt']['finetuned'] - rows[n]['means']['fedavg+FT'] for n in names) / len(names))}")
         mean, se = _mean_se(deltas)
         baselines = list(BASELINE_NAMES)
         best = max(baselines, key=lambda b: sum(rows[n]["means"][b] for n in names))
@@ -1605,5 +1606,7 @@ def untuned_ten_seeds(prefix: str) -> str:
         "of the other two baselines, and its lowest difference to them. *Federation's answer*: FLT "
         "with `safeguard-finetune = federation` on the same seeds.",
         "",
-        f"Lowest seed mean of FLT's Δ: {min(gaps, key=gaps.get)} {signed(min(gaps.values()))}.",
+        f"Lowest seed mean of FLT's Δ: {min(gaps, key=gaps.get)} {signed(min(gaps.values()))}. "
+        f"FLT's \"+FT\" row (its answers, each fine-tuned) − FedAvg+FT, mean over the seeds: "
+        f"{', '.join(tuned)}.",
     ])
