@@ -236,6 +236,28 @@ def test_the_untuned_study_adds_a_settings_next_seeds_under_the_names_the_lists_
     assert more_seeds(u07, 0) == u07
 
 
+def test_the_untuned_studys_page_gives_other_methods_their_delta_against_the_same_baselines():
+    from docs.results.studies import untuned
+
+    from benchmarks.common import RESULTS_DIR
+
+    stored = json.loads((RESULTS_DIR / "untuned-fresh.json").read_text())
+    meta = {k: v for k, v in stored.items() if k != "rows"}
+    row = {"name": "u01", "structure": "groups", "seed": 3,
+           "set": {"partition": "iid", "num-clients": 10, "max-samples-per-client": 50,
+                   "fraction-train": 1.0},
+           "means": {"sfl-star": 80.0, "fedska": 70.5, "fedavg": 72.0, "fedavg+FT": 75.0,
+                     "local": 60.0}}
+    page = untuned(meta, [row])
+    header = next(line for line in page.splitlines() if line.startswith("| setting"))
+    assert header.endswith("| sfl-star | Δ sfl-star | fedska | Δ fedska |")
+    cells = next(line for line in page.splitlines() if line.startswith("| u01")).split(" | ")
+    assert cells[-4:] == ["80.00", "+5.00", "70.50", "-4.50 |"]
+    plain = untuned(meta, [{**row, "means": {"flt": 1.0, "fedavg": 2.0, "fedavg+FT": 3.0,
+                                              "local": 4.0}}])
+    assert "Beside FLT" not in plain
+
+
 # --- benchmarks/results/ holds what the documentation cites (docs/cited.py) -------------------------
 def test_every_committed_result_file_is_cited_by_the_docs():
     """A tracked file under benchmarks/results/ is linked by a docs page or README.md (with what its

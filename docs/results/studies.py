@@ -509,11 +509,16 @@ def sfl_scale(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
 UNTUNED_BASELINES = ("fedavg", "fedavg+FT", "local")  # FLT is compared with their maximum
 
 
-def _untuned_delta(row: dict[str, Any]) -> float | None:
+def _untuned_delta(row: dict[str, Any], method: str = "flt") -> float | None:
     base = [row["means"].get(b) for b in UNTUNED_BASELINES]
-    if row["means"].get("flt") is None or any(b is None for b in base):
+    if row["means"].get(method) is None or any(b is None for b in base):
         return None
-    return row["means"]["flt"] - max(base)
+    return row["means"][method] - max(base)
+
+
+def _untuned_others(rows: list[dict[str, Any]]) -> list[str]:
+    """The methods a study ran beside FLT and the baselines, in the order of its first row."""
+    return [m for m in rows[0]["means"] if m != "flt" and m not in UNTUNED_BASELINES] if rows else []
 
 
 def _untuned_setting(s: dict[str, Any]) -> str:
@@ -576,6 +581,17 @@ def untuned(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
             row += ["—" if c.get("answered") is None else str(c["answered"]),
                     "—" if c.get("evidence") is None else f"{c['evidence']:+.2f}",
                     "—" if c.get("accuracy") is None else f"{c['accuracy']:.2f}"]
+    others = _untuned_others(rows)
+    if others:  # other methods run on the same settings: their mean and Δ against the same baselines
+        lines[-1:-1] = [f"Beside FLT: {', '.join(others)}, each with its Δ against the same "
+                        "max(FedAvg, FedAvg+FT, Local)."]
+        header = header + [c for m in others for c in (m, f"Δ {m}")]
+        align += "rr" * len(others)
+        for row, r in zip(table, rows):
+            for m in others:
+                d = _untuned_delta(r, m)
+                row += ["—" if r["means"].get(m) is None else f"{r['means'][m]:.2f}",
+                        "—" if d is None else f"{round(d, 2) + 0.0:+.2f}"]
     lines += markdown_table(header, align, table)
     lines += ["", *meta.get("notes", [])]
     return "\n".join(lines).rstrip() + "\n"
