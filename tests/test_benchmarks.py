@@ -258,6 +258,27 @@ def test_the_untuned_studys_page_gives_other_methods_their_delta_against_the_sam
     assert "Beside FLT" not in plain
 
 
+def test_every_committed_results_page_is_what_its_json_renders_today():
+    """A committed `.md` beside a `.json` is the renderer's page for that JSON (`python -m docs.gen
+    results --out DIR` writes them; notes written by hand live in the JSON and are rendered too)."""
+    import subprocess
+
+    from docs.gen import RESULTS, render_result, result_files
+
+    tracked = set(subprocess.run(["git", "ls-files", "benchmarks/results"], capture_output=True,
+                                 text=True, check=True, cwd=RESULTS.parent.parent).stdout.split())
+    stale = []
+    for path in result_files(RESULTS):
+        page = path.with_suffix(".md")
+        if page.relative_to(RESULTS.parent.parent).as_posix() not in tracked:
+            continue
+        text = render_result(path)
+        committed = page.read_text()
+        if text is not None and committed != text:
+            stale.append(page.relative_to(RESULTS).as_posix())
+    assert stale == [], f"{len(stale)} results pages differ from their JSON's rendering: {stale[:5]}"
+
+
 # --- benchmarks/results/ holds what the documentation cites (docs/cited.py) -------------------------
 def test_every_committed_result_file_is_cited_by_the_docs():
     """A tracked file under benchmarks/results/ is linked by a docs page or README.md (with what its
