@@ -476,12 +476,12 @@ def _untuned_rows(name: str) -> dict[str, dict]:
     return {row["name"]: row for row in raw(name)["rows"]}
 
 
-def _untuned_delta(row: dict) -> float | None:
+def _untuned_delta(row: dict, method: str = "flt") -> float | None:
     means = row["means"]
     base = [means.get(b) for b in ("fedavg", "fedavg+FT", "local")]
-    if means.get("flt") is None or None in base:
+    if means.get(method) is None or None in base:
         return None
-    return means["flt"] - max(base)
+    return means[method] - max(base)
 
 
 def _joined_untuned(first: str, *more: str) -> dict[str, dict]:
@@ -1617,10 +1617,6 @@ GRAPH_METHODS_UNTUNED = ("untuned-graph-methods", "untuned-fresh-graph-methods")
 GRAPH_METHODS = ("sfl", "sfl-star", "fedska", "fedu")
 
 
-def _method_delta(row: dict, method: str) -> float:
-    return row["means"][method] - max(row["means"][b] for b in ("fedavg", "fedavg+FT", "local"))
-
-
 @block("graph-methods-untuned")
 def graph_methods_untuned(prefix: str) -> str:
     """SFL, SFL*, FedSKA and FedU with their defaults on both untuned lists (their seeds included),
@@ -1640,8 +1636,7 @@ def graph_methods_untuned(prefix: str) -> str:
     out, notes = [], []
     for method in ("flt", *GRAPH_METHODS):
         source = flt if method == "flt" else rows
-        deltas = {n: _untuned_delta(source[n]) if method == "flt" else _method_delta(source[n], method)
-                  for n in names}
+        deltas = {n: _untuned_delta(source[n], method) for n in names}
         means = {f: sum(deltas[n] for n in ns) / len(ns) for f, ns in families.items()}
         below = [f for f in families if means[f] < -0.5]
         short = [f for f in families if rows[f]["structure"] == "groups" and means[f] < 2.0]
