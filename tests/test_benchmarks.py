@@ -249,6 +249,7 @@ def test_the_untuned_studys_page_gives_other_methods_their_delta_against_the_sam
            "means": {"sfl-star": 80.0, "fedska": 70.5, "fedavg": 72.0, "fedavg+FT": 75.0,
                      "local": 60.0}}
     page = untuned(meta, [row])
+    assert page.startswith("# untuned-fresh: sfl-star, fedska on settings no rule was tuned on")
     header = next(line for line in page.splitlines() if line.startswith("| setting"))
     assert header.endswith("| sfl-star | Δ sfl-star | fedska | Δ fedska |")
     cells = next(line for line in page.splitlines() if line.startswith("| u01")).split(" | ")

@@ -548,7 +548,8 @@ def _earlier_rule(flt: dict[str, Any]) -> str:
 
 
 def untuned(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
-    lines = [*provenance(meta, f"# {meta['name']}: FLT on settings no rule was tuned on"), "",
+    subject = "FLT" if any("flt" in r["means"] for r in rows) else ", ".join(_untuned_others(rows))
+    lines = [*provenance(meta, f"# {meta['name']}: {subject} on settings no rule was tuned on"), "",
              f"Settings: `{meta['list']}` ({len(rows)} settings, common budget "
              + ", ".join(f"{k}={v}" for k, v in meta["common"].items()) + ")."
              + (f" Baselines read from `{meta['baselines']}`." if meta.get("baselines") else ""),
