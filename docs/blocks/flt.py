@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from docs.blocks import block
 from docs.blocks.data import (MISSING, NOT_RECORDED, compare, expect_run_setting, expect_same_training,
-                              expect_setting, joined, num, pct, raw, signed, span, suite, table, times)
+                              expect_setting, joined, mean_sd, num, pct, raw, signed, span, suite, table,
+                              times)
 from strategies.methods.flt.settings import FLTSection
 
 DIAG = "suite/diagnosis"
@@ -1563,9 +1564,9 @@ BASELINE_NAMES = {"fedavg": "FedAvg", "fedavg+FT": "FedAvg+FT", "local": "Local"
 
 
 def _mean_se(values: list[float]) -> tuple[float, float]:
-    mean = sum(values) / len(values)
-    var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
-    return mean, (var / len(values)) ** 0.5
+    """Mean and standard error of the mean (`mean_sd`'s deviation over √n)."""
+    centre, sd = mean_sd(values)
+    return centre, sd / len(values) ** 0.5
 
 
 @block("flt-untuned-ten-seeds")
@@ -1582,7 +1583,8 @@ def untuned_ten_seeds(prefix: str) -> str:
     out, gaps, tuned = [], {}, []
     for family, names in families.items():
         deltas = [_untuned_delta(rows[n]) for n in names]
-        tuned.append(f"{family} {signed(sum(rows[n]['flt']['finetuned'] - rows[n]['means']['fedavg+FT'] for n in names) / len(names))}")
+        above = [rows[n]["flt"]["finetuned"] - rows[n]["means"]["fedavg+FT"] for n in names]
+        tuned.append(f"{family} {signed(sum(above) / len(above))}")
         mean, se = _mean_se(deltas)
         baselines = list(BASELINE_NAMES)
         best = max(baselines, key=lambda b: sum(rows[n]["means"][b] for n in names))
